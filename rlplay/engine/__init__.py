@@ -1,0 +1,18 @@
+"""The collection engine: nested structures, buffers, core loops."""
+from .actor import BaseActorModule, PolicyActor
+from .core import (Context, Fragment, Meta, State, Stats, collect, episode,
+                   episode_stats, evaluate, prepare, startup)
+from .nested import (StructureError, check_structure, flatten, getitem,
+                     setitem, suply, tuply)
+from .returns import gae, returns
+from .shared import Aliased, aliased, numpify, torchify
+
+__all__ = [
+    "BaseActorModule", "PolicyActor",
+    "Context", "Fragment", "Meta", "State", "Stats",
+    "collect", "episode", "episode_stats", "evaluate", "prepare", "startup",
+    "StructureError", "check_structure", "flatten", "getitem", "setitem",
+    "suply", "tuply",
+    "gae", "returns",
+    "Aliased", "aliased", "numpify", "torchify",
+]

@@ -1,0 +1,607 @@
+"""Core loops: the only code that calls ``env.step`` and ``actor.step``.
+
+:func:`prepare` allocates a fragment buffer, :func:`startup` resets the envs
+and returns the :class:`Context` of an ongoing collection, :func:`collect`
+fills a buffer with the next fragment in place, and :func:`evaluate` plays
+whole episodes. Every generator in :mod:`rlplay.engine.rollout` is a thin
+driver around these.
+
+The layout of a fragment of ``T = n_steps`` steps of ``B`` envs
+(time-major; row ``t`` of ``state`` holds ``x_t`` and what led to it):
+
+=======================  ===============  ===================================
+field                    shape            row ``t`` holds
+=======================  ===============  ===================================
+``state.stepno``         (1 + T, B) int64  steps since the episode started
+``state.obs``            (1 + T, B, ...)  ``x_t`` (after an episode ended at
+                                          ``t``: the first observation of
+                                          the next one)
+``state.act``            (1 + T, B, ...)  ``a_{t-1}``, the action that led
+                                          here
+``state.rew``            (1 + T, B) f32   ``r_t``, that transition's reward
+``state.fin``            (1 + T, B) bool  the transition into row ``t``
+                                          ended an episode
+``truncated``            (1 + T, B) bool  that end was a truncation (time
+                                          limit), not a termination
+``final``                (1 + T, B, ...)  the observation the transition
+                                          into row ``t`` produced, before
+                                          any reset: the true last
+                                          observation where ``fin``, else a
+                                          copy of ``obs[t]`` (``None`` when
+                                          disabled)
+``actor``                (1 + T, B, ...)  the actor's info at row ``t``; row
+                                          ``T`` from a virtual lookahead
+``env``                  (T, B, ...)      numeric env info of step ``t``
+                                          (the step into row ``t + 1``)
+``env_mask``             (T, B) bool      per info key: present at step
+                                          ``t``
+``hx``                   actor layout     the actor's state at row 0
+``stats.ret``            (1 + T, B) f64   where an episode ended at row
+                                          ``t``: its return, else 0
+``stats.length``         (1 + T, B) int64 where an episode ended at row
+                                          ``t``: its length, else 0
+``meta.version`` etc.    (B,) int64       parameter version, worker, global
+                                          env index and sequence number of
+                                          the fragment per env column
+=======================  ===============  ===================================
+
+Row ``T`` of one fragment equals row 0 of the next one from the same envs
+(``actor`` excepted: row 0 comes from the real step, row ``T`` from the
+lookahead). Row 0 of the very first fragment holds the reset observation
+with ``fin = True``, ``act`` and ``rew`` zero. Episode statistics count rows
+``1..T`` only (row 0 repeats the previous fragment's row ``T``).
+
+With ``sticky=True`` an env whose episode ends at row ``t`` is not stepped
+again in this fragment: every later row ``t' > t`` of that env repeats row
+``t`` (the reset observation, ``stepno = 0``, the same ``act`` and
+``final``, ``fin = True``) with ``rew = 0``, ``truncated = False``, zero
+statistics and no env info; ``actor`` holds what the actor computed there,
+and its ``hx`` is reset at every such row. The next fragment carries on
+from the reset observation.
+"""
+from collections import namedtuple
+
+import numpy as np
+import torch
+
+from . import envs as _envs
+from .nested import StructureError, flatten, getitem, suply
+from .shared import Aliased, aliased, copy_, torchify
+
+__all__ = [
+    "State",
+    "Fragment",
+    "Stats",
+    "Meta",
+    "Context",
+    "prepare",
+    "startup",
+    "collect",
+    "evaluate",
+    "episode",
+    "episode_stats",
+]
+
+State = namedtuple("State", "stepno obs act rew fin")
+Stats = namedtuple("Stats", "ret length")
+Meta = namedtuple("Meta", "version worker env seq")
+Fragment = namedtuple(
+    "Fragment", "state truncated final actor env env_mask hx stats meta")
+Fragment.__doc__ = """A fragment of ``T`` steps of ``B`` envs; see :mod:`rlplay.engine.core`."""
+
+
+def _check_counts(n_steps, n_envs):
+    for name, value in (("n_steps", n_steps), ("n_envs", n_envs)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got "
+                            f"{type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def _state_example(env):
+    return State(stepno=np.zeros((), np.int64),
+                 obs=_envs.space_example(env.observation_space),
+                 act=_envs.space_example(env.action_space),
+                 rew=np.zeros((), np.float32),
+                 fin=np.ones((), bool))
+
+
+def _same_kind(a, b):
+    def kind(dtype):
+        if dtype == torch.bool:
+            return "b"
+        return "f" if dtype.is_floating_point else (
+            "c" if dtype.is_complex else "i")
+    return kind(a) == kind(b) or {kind(a), kind(b)} == {"b", "i"}
+
+
+def _check_action(act, expected):
+    """The actor's action against the action space's layout."""
+    def check(got, want):
+        if not isinstance(got, torch.Tensor):
+            raise TypeError(f"the actor must return actions as tensors, got "
+                            f"{type(got).__name__}")
+        if got.shape != want.shape:
+            raise ValueError(f"the actor returned an action of shape "
+                             f"{tuple(got.shape)}, expected "
+                             f"{tuple(want.shape)} (1, n_envs, *space.shape)")
+        if not _same_kind(got.dtype, want.dtype):
+            raise TypeError(f"the actor returned an action of dtype "
+                            f"{got.dtype} for an action space of dtype "
+                            f"{want.dtype}")
+
+    try:
+        suply(check, act, expected)
+    except StructureError as exc:
+        raise StructureError(f"the actor's action does not match the action "
+                             f"space: {exc}") from None
+
+
+def _check_info(info, n_envs):
+    for leaf in flatten(info):
+        if not isinstance(leaf, torch.Tensor) or leaf.dim() < 2 \
+                or leaf.shape[:2] != (1, n_envs):
+            shape = tuple(leaf.shape) if isinstance(
+                leaf, torch.Tensor) else type(leaf).__name__
+            raise ValueError(f"the actor's info must hold tensors of shape "
+                             f"(1, n_envs={n_envs}, ...), got {shape}")
+
+
+def _check_hx(hx, expected, what):
+    def check(got, want):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape \
+                or got.dtype != want.dtype:
+            desc = (f"{tuple(got.shape)} {got.dtype}" if isinstance(
+                got, torch.Tensor) else type(got).__name__)
+            raise ValueError(f"the actor's hx from {what} holds {desc}, "
+                             f"expected {tuple(want.shape)} {want.dtype}")
+
+    try:
+        suply(check, hx, expected)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"the actor's hx from {what} does not match its "
+                        f"initial hx: {exc}") from None
+
+
+@torch.no_grad()
+def _initial_hx(actor, row):
+    """``actor.reset`` of the hx a virtual step returns, for all envs."""
+    _, hx, _ = actor.step(*row, hx=None, virtual=True)
+    n_envs = row.fin.shape[1]
+    hx0 = actor.reset(hx, torch.ones(n_envs, dtype=torch.bool))
+    _check_hx(hx, hx0, "step()")
+    return hx0
+
+
+def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
+            shared=False, pinned=False):
+    """Allocate a fragment buffer laid out for ``env`` and ``actor``.
+
+    The actor is called once, virtually, on a zero state to learn the
+    structure of its actions, ``hx`` and ``info``; these are checked against
+    the spaces of ``env``.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        Any one of the envs (only its spaces are used).
+    actor : BaseActorModule
+    n_steps, n_envs : int
+        ``T`` and ``B``, at least 1.
+    env_info : dict or None
+        ``{key: example}``: env info keys to record
+        (see :func:`rlplay.engine.envs.info_example`).
+    final : bool
+        Record final observations.
+    shared, pinned : bool
+        Allocate in shared or page-locked memory.
+
+    Returns
+    -------
+    buffer : Aliased(npy, pyt)
+        Two :class:`Fragment` views of one zero-filled memory.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad counts, unsupported spaces, or an actor whose action, ``hx`` or
+        ``info`` do not fit.
+    """
+    _check_counts(n_steps, n_envs)
+    example = _state_example(env)
+    row = torchify(example, 1, n_envs)
+    with torch.no_grad():
+        act, hx, info = actor.step(*row, hx=None, virtual=True)
+    _check_action(act, row.act)
+    _check_info(info, n_envs)
+    hx0 = _initial_hx(actor, row)
+
+    def alloc(tree, *leading):
+        return aliased(tree, *leading, shared=shared, pinned=pinned).pyt
+
+    T1 = n_steps + 1
+    info_ex = _envs.info_example(env_info)
+    pyt = Fragment(
+        state=alloc(example, T1, n_envs),
+        truncated=alloc(np.zeros((), bool), T1, n_envs),
+        final=alloc(example.obs, T1, n_envs) if final else None,
+        actor=alloc(suply(lambda x: x[0, 0], info), T1, n_envs),
+        env=alloc(info_ex, n_steps, n_envs),
+        env_mask=alloc({k: np.zeros((), bool) for k in info_ex},
+                       n_steps, n_envs),
+        hx=alloc(hx0),
+        stats=alloc(Stats(np.zeros((), np.float64), np.zeros((), np.int64)),
+                    T1, n_envs),
+        meta=alloc(Meta(*[np.zeros((), np.int64)] * 4), n_envs),
+    )
+    return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
+
+
+def _row_fields(fragment, t):
+    # the fields that row T hands on to row 0 of the next fragment
+    return (getitem(fragment.state, t), fragment.truncated[t],
+            getitem(fragment.final, t), getitem(fragment.stats, t))
+
+
+class _Views:
+    """Per-row views of one buffer, made once so the loop only indexes."""
+
+    def __init__(self, buffer):
+        npy, pyt = buffer
+        T1 = npy.state.fin.shape[0]
+        self.buffer = buffer
+        self.rows = [getitem(pyt.state, slice(t, t + 1)) for t in range(T1)]
+        self.actor = [getitem(pyt.actor, slice(t, t + 1)) for t in range(T1)]
+        self.state = [getitem(npy.state, t) for t in range(T1)]
+        self.truncated = [npy.truncated[t] for t in range(T1)]
+        self.final = [getitem(npy.final, t) for t in range(T1)]
+        self.ret = [npy.stats.ret[t] for t in range(T1)]
+        self.length = [npy.stats.length[t] for t in range(T1)]
+        self.env = [getitem(npy.env, t) for t in range(T1 - 1)]
+        self.env_mask = [getitem(npy.env_mask, t) for t in range(T1 - 1)]
+
+
+class Context:
+    """The state of an ongoing collection, carried from fragment to fragment.
+
+    Attributes
+    ----------
+    envs : list of gymnasium.Env
+    last : tuple
+        Row ``T`` of the last fragment (``state``, ``truncated``, ``final``,
+        ``stats``), numpy arrays of shape ``(B, ...)``.
+    hx : nested tensors
+        The actor's state for ``last``.
+    ep_return, ep_length : ndarray, shape = (B,)
+        The running return and length of each env's current episode.
+    seq : int
+        Fragments collected so far.
+    worker : int
+        Worker index recorded in ``meta.worker``.
+    env_ids : ndarray, shape = (B,)
+        Global env indices recorded in ``meta.env``.
+    """
+
+    def __init__(self, envs, buffer, worker=0, env_ids=None):
+        npy = buffer.npy
+        self.envs = envs
+        self.last = suply(lambda a: np.zeros_like(a), _row_fields(npy, 0))
+        self.hx = None
+        self.ep_return = np.zeros(len(envs), np.float64)
+        self.ep_length = np.zeros(len(envs), np.int64)
+        self.seq = 0
+        self.worker = worker
+        self.env_ids = (np.arange(len(envs)) if env_ids is None
+                        else np.asarray(env_ids, np.int64))
+        self.env_keys = tuple(npy.env_mask)
+        self._views = {}
+
+    def views(self, buffer):
+        views = self._views.get(id(buffer))
+        if views is None or views.buffer is not buffer:
+            views = self._views[id(buffer)] = _Views(buffer)
+        return views
+
+
+def _write_obs(tree, j, value, where):
+    """``tree[j] = value`` leaf by leaf, checking structure and shape."""
+    try:
+        suply(_write_leaf_obs, tree, value, j=j, where=where)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"{where}: the observation does not match the "
+                        f"observation space: {exc}") from None
+
+
+def _write_leaf_obs(leaf, obs, j, where):
+    # fast path of _write_obs for a single-array observation
+    if type(obs) is not np.ndarray:
+        obs = np.asarray(obs)
+    if obs.shape != leaf.shape[1:]:
+        raise ValueError(f"{where}: the observation has shape {obs.shape}, "
+                         f"its space says {leaf.shape[1:]}")
+    leaf[j] = obs
+
+
+def _obs_writer(obs_tree):
+    if isinstance(obs_tree, np.ndarray):
+        return lambda leaf, j, obs, where: _write_leaf_obs(leaf, obs, j, where)
+    return _write_obs
+
+
+def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
+            env_ids=None):
+    """Reset the envs and return the :class:`Context` of a collection.
+
+    Parameters
+    ----------
+    envs : list of gymnasium.Env
+        ``B`` envs laid out as ``buffer``.
+    actor : BaseActorModule
+    buffer : Aliased
+        From :func:`prepare`.
+    seed_sequences : list of numpy.random.SeedSequence, optional
+        One per env: each is reset with ``seed=`` drawn from its sequence.
+    worker : int
+        Recorded in ``meta.worker``.
+    env_ids : array of int, optional
+        Global env indices recorded in ``meta.env`` (``0..B-1`` by default).
+    """
+    if len(envs) != buffer.npy.state.fin.shape[1]:
+        raise ValueError(f"{len(envs)} envs for a buffer of "
+                         f"{buffer.npy.state.fin.shape[1]}")
+    ctx = Context(envs, buffer, worker, env_ids)
+    state, truncated, final, stats = ctx.last
+    write = _obs_writer(state.obs)
+    for j, env in enumerate(envs):
+        seed = (None if seed_sequences is None
+                else int(seed_sequences[j].generate_state(1)[0]))
+        obs, _ = _envs.reset(env, seed=seed)
+        write(state.obs, j, obs, f"env {j} reset()")
+    state.fin[:] = True
+    if final is not None:
+        suply(np.copyto, final, state.obs)
+    row = torchify(getitem(ctx.last[0], slice(None)), copy=False)
+    row = suply(lambda x: x.unsqueeze(0), row)
+    ctx.hx = _initial_hx(actor, row)
+    return ctx
+
+
+@torch.no_grad()
+def collect(actor, buffer, ctx, *, sticky=False, version=0):
+    """Fill ``buffer`` in place with the next fragment of ``ctx``'s envs.
+
+    Parameters
+    ----------
+    actor : BaseActorModule
+    buffer : Aliased
+        From :func:`prepare` for ``ctx``'s envs.
+    ctx : Context
+        From :func:`startup`; advanced in place.
+    sticky : bool
+        Stop stepping an env for the rest of the fragment once its episode
+        ended (see the module docstring for what the frozen rows hold).
+    version : int
+        The parameter version recorded in ``meta.version``.
+
+    Returns
+    -------
+    buffer : Aliased
+        The same buffer.
+    """
+    npy, pyt = buffer
+    views = ctx.views(buffer)
+    envs, T = ctx.envs, len(views.rows) - 1
+    suply(np.copyto, _row_fields(npy, 0), ctx.last)
+    hx = ctx.hx
+    copy_(pyt.hx, hx)
+    write_obs = _obs_writer(npy.state.obs)
+    has_final = npy.final is not None
+    keys = ctx.env_keys
+    ep_return, ep_length = ctx.ep_return, ctx.ep_length
+    frozen = np.zeros(len(envs), bool)
+    fin_at = torch.zeros(len(envs), dtype=torch.bool)
+    fin_np = fin_at.numpy()
+
+    for t in range(T):
+        act, hx_next, info = actor.step(*views.rows[t], hx=hx, virtual=False)
+        if t == 0:
+            _check_hx(hx_next, hx, "step()")
+        copy_(views.actor[t], info)
+        row, row_next = views.state[t], views.state[t + 1]
+        copy_(views.rows[t + 1].act, act)
+        stepno, stepno_next = row.stepno, row_next.stepno
+        obs_next, act_next = row_next.obs, row_next.act
+        rew_next, fin_next = row_next.rew, row_next.fin
+        truncated_next = views.truncated[t + 1]
+        final_next = views.final[t + 1]
+        ret_next, length_next = views.ret[t + 1], views.length[t + 1]
+        env_info, env_mask = views.env[t], views.env_mask[t]
+
+        for j, env in enumerate(envs):
+            if frozen[j]:
+                _freeze(row, row_next, views.final[t], final_next, j)
+                truncated_next[j] = False
+                ret_next[j] = length_next[j] = 0
+                for key in keys:
+                    env_mask[key][j] = False
+                continue
+
+            obs, rew, terminated, truncated, info = env.step(
+                getitem(act_next, j))
+            ep_return[j] += rew
+            ep_length[j] += 1
+            rew_next[j] = rew
+            for key in keys:
+                if key in info:
+                    _write_info(env_info[key], j, info[key], key)
+                    env_mask[key][j] = True
+                else:
+                    env_mask[key][j] = False
+
+            if terminated or truncated:
+                if has_final:
+                    write_obs(final_next, j, obs, f"env {j} step()")
+                ret_next[j], length_next[j] = ep_return[j], ep_length[j]
+                ep_return[j], ep_length[j] = 0.0, 0
+                obs, _ = _envs.reset(env)
+                truncated_next[j] = truncated and not terminated
+                fin_next[j] = True
+                stepno_next[j] = 0
+                frozen[j] = sticky
+            else:
+                truncated_next[j] = False
+                fin_next[j] = False
+                stepno_next[j] = stepno[j] + 1
+                ret_next[j] = length_next[j] = 0
+            write_obs(obs_next, j, obs, f"env {j} step()")
+            if has_final and not fin_next[j]:
+                suply(_copy_at, final_next, obs_next, j=j)
+
+        hx = hx_next
+        np.copyto(fin_np, fin_next)
+        if fin_np.any():
+            hx = actor.reset(hx, fin_at.clone())
+
+    _, _, info = actor.step(*views.rows[T], hx=hx, virtual=True)
+    copy_(views.actor[T], info)
+    npy.meta.version[:] = version
+    npy.meta.worker[:] = ctx.worker
+    npy.meta.env[:] = ctx.env_ids
+    npy.meta.seq[:] = ctx.seq
+    ctx.hx = hx
+    ctx.seq += 1
+    suply(np.copyto, ctx.last, _row_fields(npy, T))
+    return buffer
+
+
+def _copy_into(dst, value, *, j):
+    dst[j] = value
+
+
+def _copy_at(dst, src, *, j):
+    dst[j] = src[j]
+
+
+def _freeze(row, row_next, final, final_next, j):
+    # a frozen (sticky) env repeats its row, with no reward
+    row_next.stepno[j] = row.stepno[j]
+    suply(_copy_at, row_next.obs, row.obs, j=j)
+    suply(_copy_at, row_next.act, row.act, j=j)
+    row_next.rew[j] = 0.0
+    row_next.fin[j] = True
+    if final is not None:
+        suply(_copy_at, final_next, final, j=j)
+
+
+def _write_info(leaf_tree, j, value, key):
+    try:
+        if isinstance(leaf_tree, np.ndarray):
+            leaf_tree[j] = value
+        else:
+            suply(_copy_into, leaf_tree, value, j=j)
+    except (StructureError, TypeError, ValueError) as exc:
+        raise type(exc)(f"env info [{key!r}] does not match its spec: "
+                        f"{exc}") from None
+
+
+def episode_stats(fragment):
+    """Returns and lengths of the episodes that ended in a fragment.
+
+    Parameters
+    ----------
+    fragment : Fragment
+        numpy or torch views (any number of env columns).
+
+    Returns
+    -------
+    returns : ndarray of float64
+    lengths : ndarray of int64
+        One entry per episode that ended at rows ``1..T`` (row 0 repeats the
+        previous fragment and is not counted), in row-major order.
+    """
+    ret, length = fragment.stats
+    ret, length = np.asarray(ret[1:]), np.asarray(length[1:])
+    ended = length > 0
+    return ret[ended], length[ended]
+
+
+@torch.no_grad()
+def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
+             max_steps=None):
+    """Play ``n_episodes`` whole episodes with ``actor``, in this process.
+
+    Each of the ``B`` envs plays ``ceil(n_episodes / B)`` episodes (so that
+    short episodes are not favoured); the first ``n_episodes`` results, in
+    env order, are returned. The actor is used as it is (call ``eval()``
+    first for greedy actions).
+
+    Parameters
+    ----------
+    envs : list of gymnasium.Env
+    actor : BaseActorModule
+    n_episodes : int
+    seed_sequences : list of SeedSequence, optional
+        Reset seeds for the first episode of each env.
+    max_steps : int, optional
+        Stop an episode after this many steps (counted as truncated).
+
+    Returns
+    -------
+    returns : ndarray of float64, shape = (n_episodes,)
+    lengths : ndarray of int64, shape = (n_episodes,)
+    """
+    _check_counts(1, len(envs))
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be at least 1, got {n_episodes}")
+    n_envs = len(envs)
+    quota = -(-n_episodes // n_envs)
+    example = _state_example(envs[0])
+    state = aliased(example, 1, n_envs)
+    row, obs_npy = state.pyt, state.npy.obs[0]
+    write = _obs_writer(obs_npy)
+    for j, env in enumerate(envs):
+        seed = (None if seed_sequences is None
+                else int(seed_sequences[j].generate_state(1)[0]))
+        obs, _ = _envs.reset(env, seed=seed)
+        write(obs_npy, j, obs, f"env {j} reset()")
+    state.npy.fin[:] = True
+    hx = _initial_hx(actor, row)
+    results = [[] for _ in envs]
+    running = np.zeros((n_envs, 2))
+    active = np.ones(n_envs, bool)
+    npy = getitem(state.npy, 0)
+    while active.any():
+        act, hx, _ = actor.step(*row, hx=hx, virtual=False)
+        copy_(row.act, act)
+        for j, env in enumerate(envs):
+            if not active[j]:
+                continue
+            obs, rew, terminated, truncated, _ = env.step(
+                getitem(npy.act, j))
+            running[j] += (rew, 1)
+            npy.rew[j] = rew
+            done = terminated or truncated or (
+                max_steps is not None and running[j, 1] >= max_steps)
+            if done:
+                results[j].append(tuple(running[j]))
+                running[j] = 0
+                active[j] = len(results[j]) < quota
+                if active[j]:
+                    obs, _ = _envs.reset(env)
+            npy.fin[j] = done
+            npy.stepno[j] = 0 if done else npy.stepno[j] + 1
+            write(obs_npy, j, obs, f"env {j} step()")
+        if npy.fin.any():
+            hx = actor.reset(hx, torch.from_numpy(npy.fin.copy()))
+    flat = [pair for per_env in results for pair in per_env][:n_episodes]
+    returns, lengths = np.array(flat).T
+    return returns.astype(np.float64), lengths.astype(np.int64)
+
+
+def episode(env, actor, *, seed=None, max_steps=None):
+    """Play one episode; return its ``(return, length)``."""
+    seeds = None if seed is None else [_envs.seed_sequence(seed)]
+    returns, lengths = evaluate([env], actor, 1, seed_sequences=seeds,
+                                max_steps=max_steps)
+    return float(returns[0]), int(lengths[0])

@@ -1,0 +1,165 @@
+"""Same-process collection: fragments are collected between ``next()`` calls.
+
+Protocol::
+
+    learner (the only process)
+    next() ─► collect fragment k into the buffer with the current actor
+          ─► (copy to the device / to a fresh batch, if asked)
+          ─► yield fragment k ─► learner trains ─► next() ...
+
+There is one buffer; the yielded fragment is a view of it and stays valid
+until the next ``next()`` (pass ``copy=True`` to get a fresh batch each time).
+The policy lag is zero: fragment ``k`` is collected with the parameters the
+actor has when ``next()`` is called, and ``meta.version`` records ``k``, the
+number of batches yielded before it. Errors in the factory, the envs or the
+actor are raised directly in the caller. ``close()`` closes the envs.
+"""
+import time
+
+import torch
+
+from ..core import Fragment, collect, episode_stats, prepare, startup
+from ..envs import env_seed_sequences, make_envs
+from ..nested import suply
+from ..shared import check_device, copy_
+
+__all__ = ["rollout", "Rollout"]
+
+
+class Rollout:
+    """An endless iterator of fragments collected in this process.
+
+    Use :func:`rollout` to make one. ``close()`` is idempotent; the object is
+    a context manager too.
+
+    Attributes
+    ----------
+    envs : list of gymnasium.Env
+    buffer : Aliased
+        The host buffer (numpy and torch views).
+    stats : dict
+        ``steps`` (env steps collected), ``batches``, ``time_collect``
+        (seconds spent collecting), ``steps_per_s``, and ``returns`` and
+        ``lengths`` of the episodes that ended in the last batch.
+    """
+
+    def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
+                 sticky=False, env_info=None, final=True, device=None,
+                 pinned=False, copy=False):
+        device = check_device(device, pinned)
+        on_cuda = device is not None and device.type == "cuda"
+        seeds = env_seed_sequences(entropy, n_envs) if isinstance(
+            n_envs, int) and n_envs > 0 else None
+        if seeds is None:
+            from ..core import _check_counts
+            _check_counts(n_steps, n_envs)
+        self.envs = make_envs(factory, seeds)
+        self.actor, self.sticky, self.copy = actor, sticky, copy
+        self.buffer = prepare(self.envs[0], actor, n_steps, n_envs,
+                              env_info=env_info, final=final,
+                              pinned=pinned or on_cuda)
+        self.ctx = startup(self.envs, actor, self.buffer, seeds)
+        self.device = device if device is not None and device.type != "cpu" \
+            else None
+        self.batch = (None if self.device is None else suply(
+            lambda x: torch.empty_like(x, device=self.device),
+            self.buffer.pyt))
+        self.stats = {"steps": 0, "batches": 0, "time_collect": 0.0,
+                      "steps_per_s": 0.0, "returns": None, "lengths": None}
+        self._closed = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._closed:
+            raise StopIteration
+        tic = time.perf_counter()
+        collect(self.actor, self.buffer, self.ctx, sticky=self.sticky,
+                version=self.stats["batches"])
+        stats = self.stats
+        stats["time_collect"] += time.perf_counter() - tic
+        T, B = self.buffer.npy.state.rew.shape
+        stats["steps"] += (T - 1) * B
+        stats["batches"] += 1
+        stats["steps_per_s"] = stats["steps"] / max(stats["time_collect"],
+                                                    1e-9)
+        stats["returns"], stats["lengths"] = episode_stats(self.buffer.npy)
+        if self.batch is not None:
+            return copy_(self.batch, self.buffer.pyt, non_blocking=True)
+        if self.copy:
+            return suply(torch.clone, self.buffer.pyt)
+        return self.buffer.pyt
+
+    def close(self):
+        """Close the envs; later ``next()`` calls stop the iteration."""
+        if self._closed:
+            return
+        self._closed = True
+        for env in self.envs:
+            env.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
+            env_info=None, final=True, device=None, pinned=False,
+            copy=False):
+    """Collect fragments in this process, one per ``next()``.
+
+    Parameters
+    ----------
+    factory : callable
+        Builds one Gymnasium env; called ``n_envs`` times (with ``seed=``
+        if it accepts it).
+    actor : BaseActorModule
+        Runs on the CPU, under ``torch.no_grad()``, in its current mode.
+    n_steps : int
+        ``T``, the steps per fragment.
+    n_envs : int
+        ``B``, the envs stepped together.
+    entropy : int, optional
+        Seeds the run reproducibly (see :mod:`rlplay.engine.envs`).
+    sticky : bool
+        Freeze an env for the rest of a fragment once its episode ended.
+    env_info : dict, optional
+        Env info keys to record, ``{key: example value}``.
+    final : bool
+        Record final observations.
+    device : str or torch.device, optional
+        Deliver batches on this device (copied non-blocking from pinned host
+        memory); a CUDA device without CUDA raises ``RuntimeError``.
+    pinned : bool
+        Collect into page-locked host memory; needs CUDA.
+    copy : bool
+        Yield a fresh copy of each batch instead of the reused buffer.
+
+    Yields
+    ------
+    batch : Fragment of tensors, shape = (1 + T, B, ...)
+        The buffer itself (or its device copy), valid until the next
+        ``next()``, unless ``copy=True``.
+
+    Examples
+    --------
+    >>> import functools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
+    ...     batch = next(feed)
+    >>> tuple(batch.state.obs.shape)
+    (17, 2, 4)
+    """
+    return Rollout(factory, actor, n_steps, n_envs, entropy=entropy,
+                   sticky=sticky, env_info=env_info, final=final,
+                   device=device, pinned=pinned, copy=copy)
+
+
+# a fragment is a Fragment namedtuple; re-exported for the docs
+_ = Fragment
