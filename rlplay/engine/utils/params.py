@@ -1,0 +1,103 @@
+"""Parameters shared between the learner's actor and the workers' copies.
+
+The learner owns the actor it trains. A :class:`SharedParams` holds a copy
+of its parameters and buffers in shared memory, a version counter and the
+train/eval mode, all guarded by one lock:
+
+- the learner calls :meth:`SharedParams.publish` between batches: it copies
+  the actor's current tensors in and bumps the version;
+- a worker calls :meth:`SharedParams.load` before each fragment: if the
+  version moved, it copies the tensors out into its own actor (so they stay
+  fixed while it collects) and follows the mode; it returns the version,
+  which the fragment records.
+
+The actor's *code* travels separately (cloudpickled, so actors defined in a
+notebook work); only the tensors travel through shared memory, handed over
+with the worker's start arguments.
+"""
+import copy
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["SharedParams", "seed_worker", "cpu_copy"]
+
+
+def _tensors(module):
+    # parameters then buffers, in a fixed order (state_dict order)
+    return [t for t in module.state_dict(keep_vars=True).values()
+            if isinstance(t, torch.Tensor)]
+
+
+class SharedParams:
+    """A shared-memory copy of an actor's parameters, with a version.
+
+    Parameters
+    ----------
+    actor : torch.nn.Module
+        The learner's actor (on any device).
+    ctx : multiprocessing context
+        Where the lock and counters are made.
+
+    Attributes
+    ----------
+    version : int
+        The number of :meth:`publish` calls so far (0 at creation).
+    """
+
+    def __init__(self, actor, ctx):
+        self.tensors = [t.detach().to("cpu", copy=True).share_memory_()
+                        for t in _tensors(actor)]
+        self._version = ctx.Value("q", 0)  # carries the lock
+        self._training = ctx.Value("b", int(actor.training))
+
+    @property
+    def version(self):
+        with self._version.get_lock():
+            return self._version.value
+
+    @torch.no_grad()
+    def publish(self, actor):
+        """Copy ``actor``'s tensors in, bump and return the version."""
+        sources = _tensors(actor)
+        if len(sources) != len(self.tensors):
+            raise ValueError("the actor's parameters and buffers changed "
+                             "since the rollout started")
+        with self._version.get_lock():
+            for dst, src in zip(self.tensors, sources):
+                dst.copy_(src.detach())
+            self._training.value = int(actor.training)
+            self._version.value += 1
+            return self._version.value
+
+    @torch.no_grad()
+    def load(self, actor, known=None):
+        """Copy the shared tensors into ``actor`` unless its version is
+        ``known`` already; set its mode. Returns the version loaded."""
+        with self._version.get_lock():
+            version = self._version.value
+            if version != known:
+                for dst, src in zip(_tensors(actor), self.tensors):
+                    dst.copy_(src)
+            training = bool(self._training.value)
+        if actor.training != training:
+            actor.train(training)
+        return version
+
+
+def seed_worker(seed_sequence):
+    """Seed ``random``, ``numpy`` and ``torch`` global generators of a worker
+    from its child ``SeedSequence``."""
+    state = seed_sequence.generate_state(2)
+    random.seed(int(state[0]))
+    np.random.seed(int(state[1]) % 2**32)
+    torch.manual_seed(int(state[0]) ^ (int(state[1]) << 32))
+
+
+def cpu_copy(actor):
+    """A CPU deep copy of ``actor`` for a worker (gradients dropped)."""
+    clone = copy.deepcopy(actor).cpu()
+    for param in clone.parameters():
+        param.requires_grad_(False)
+    return clone
