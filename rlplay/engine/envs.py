@@ -24,6 +24,7 @@ __all__ = [
     "space_example",
     "make_envs",
     "seed_sequence",
+    "collector_seed_sequence",
     "env_seed_sequences",
     "info_example",
 ]
@@ -58,18 +59,27 @@ def seed_sequence(entropy=None):
     return np.random.SeedSequence(entropy)
 
 
+def collector_seed_sequence(entropy, collector=0):
+    """The ``SeedSequence`` of collector number ``collector``.
+
+    Its own ``generate_state`` seeds the collector's global generators (see
+    :func:`rlplay.engine.utils.seed_worker`); its children seed its envs.
+    Child ``i`` of the root does not depend on how many collectors there
+    are, so the first collector of a pool sees the seeds of a lone one.
+    """
+    root = seed_sequence(entropy)
+    return np.random.SeedSequence(
+        root.entropy, spawn_key=(*root.spawn_key, collector),
+        pool_size=root.pool_size)
+
+
 def env_seed_sequences(entropy, n_envs, collector=0):
     """Children seed sequences of the envs of collector number ``collector``.
 
-    The tree is ``root -> collector i -> env j``: child ``i`` of the root does
-    not depend on how many collectors were spawned, so the first collector of
-    a pool sees exactly the seeds of a single collector.
+    The tree is ``root -> collector i -> env j`` (see
+    :func:`collector_seed_sequence`).
     """
-    root = seed_sequence(entropy)
-    worker = np.random.SeedSequence(
-        root.entropy, spawn_key=(*root.spawn_key, collector),
-        pool_size=root.pool_size)
-    return worker.spawn(n_envs)
+    return collector_seed_sequence(entropy, collector).spawn(n_envs)
 
 
 def _accepts_seed(factory):
