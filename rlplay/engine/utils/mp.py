@@ -189,18 +189,20 @@ def recv(conn, processes, timeout, *, what="a message", worker=None):
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     sentinels = [p.sentinel for p in processes]
+    closed = False  # the other end hung up: only the sentinels matter now
     while True:
-        ready = multiprocessing.connection.wait([conn, *sentinels],
-                                                timeout=POLL_INTERVAL)
-        if conn in ready or conn.poll():
+        ready = multiprocessing.connection.wait(
+            sentinels if closed else [conn, *sentinels],
+            timeout=POLL_INTERVAL)
+        if not closed and (conn in ready or conn.poll()):
             try:
                 return conn.recv()
             except (EOFError, OSError):
-                pass  # the other end closed: find out who died below
+                closed = True  # find out who died below
         for index, proc in enumerate(processes):
             if proc.sentinel in ready or not proc.is_alive():
                 proc.join(POLL_INTERVAL)
-                if conn.poll():  # its last words arrived meanwhile
+                if not closed and conn.poll():  # its last words arrived
                     try:
                         return conn.recv()
                     except (EOFError, OSError):

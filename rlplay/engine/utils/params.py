@@ -21,6 +21,8 @@ import random
 import numpy as np
 import torch
 
+from .packed import PackedTensors
+
 __all__ = ["SharedParams", "seed_worker", "cpu_copy"]
 
 
@@ -47,10 +49,22 @@ class SharedParams:
     """
 
     def __init__(self, actor, ctx):
-        self.tensors = [t.detach().to("cpu", copy=True).share_memory_()
-                        for t in _tensors(actor)]
+        # one storage per dtype, so that a worker receives a few file
+        # descriptors however many tensors the actor has (see .packed)
+        self._packed = PackedTensors([t.detach().to("cpu")
+                                      for t in _tensors(actor)])
+        self.tensors = self._packed.tree
         self._version = ctx.Value("q", 0)  # carries the lock
         self._training = ctx.Value("b", int(actor.training))
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        del state["tensors"]  # views, rebuilt from the packed storages
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.tensors = self._packed.tree
 
     @property
     def version(self):
