@@ -10,7 +10,8 @@ An actor is a :class:`torch.nn.Module` with two methods::
 
 Inputs are time-major, ``(1, B, ...)`` during collection and ``(1 + T, B,
 ...)`` when a learner replays a fragment. ``fin[t]`` means that ``obs[t]``
-starts a new episode (``act[t]`` and ``rew[t]`` are then not meaningful).
+starts a new episode (``act[t]`` and ``rew[t]`` then belong to the episode
+that ended: they are not inputs of the new one).
 ``hx`` is the recurrent state (``()`` for a feed-forward actor); ``None``
 asks the actor to initialise it. ``virtual=True`` marks a lookahead call
 whose action is never executed. ``info`` is a nested structure of tensors
@@ -33,31 +34,52 @@ _STEP_POSITIONAL = ("stepno", "obs", "act", "rew", "fin")
 _STEP_KEYWORD = ("hx", "virtual")
 
 
+def _step_problem(params):
+    """What is wrong with ``step``'s parameters (``self`` excluded), or
+    ``None``."""
+    kinds = {p.name: p.kind for p in params}
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return "it must not take *args or **kwargs"
+    positional = [p.name for p in params if p.name not in _STEP_KEYWORD
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if tuple(positional) != _STEP_POSITIONAL:
+        return (f"its positional inputs are ({', '.join(positional)}), "
+                f"expected ({', '.join(_STEP_POSITIONAL)}) in this order")
+    if any(kinds[name] is not inspect.Parameter.POSITIONAL_ONLY
+           for name in positional):
+        return "the five inputs must be positional-only: add '/' after fin"
+    keyword = [p.name for p in params if p.name not in positional]
+    missing = [name for name in _STEP_KEYWORD if name not in keyword]
+    extra = [name for name in keyword if name not in _STEP_KEYWORD]
+    if missing or extra:
+        return (f"its keyword parameters are ({', '.join(keyword)}), "
+                f"expected (hx, virtual)")
+    if any(kinds[name] is not inspect.Parameter.KEYWORD_ONLY
+           for name in _STEP_KEYWORD):
+        return "hx and virtual must be keyword-only: add '*' before hx"
+    return None
+
+
 def _check_step_signature(cls, fn):
-    params = list(inspect.signature(fn).parameters.values())[1:]  # no self
-    positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY]
-    keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
-    other = [p.name for p in params if p.kind not in (
-        p.POSITIONAL_ONLY, p.KEYWORD_ONLY)]
-    expected = "step(self, stepno, obs, act, rew, fin, /, *, hx, virtual)"
-    if tuple(positional) != _STEP_POSITIONAL or other \
-            or set(keyword) != set(_STEP_KEYWORD):
+    signature = inspect.signature(fn)
+    problem = _step_problem(list(signature.parameters.values())[1:])
+    if problem is not None:
         raise TypeError(
-            f"{cls.__name__}.step has signature step(self, "
-            f"{', '.join(map(str, params))}); the actor API expects "
-            f"{expected}: five positional-only inputs and keyword-only hx "
-            f"and virtual")
+            f"{cls.__name__}.step has signature step{signature}; the actor "
+            f"API expects step(self, stepno, obs, act, rew, fin, /, *, hx, "
+            f"virtual): {problem}")
 
 
 def _check_reset_signature(cls, fn):
-    params = list(inspect.signature(fn).parameters.values())[1:]
+    signature = inspect.signature(fn)
+    params = list(signature.parameters.values())[1:]
     names = [p.name for p in params
              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if names != ["hx", "at"] or len(params) != 2:
         raise TypeError(
-            f"{cls.__name__}.reset has signature reset(self, "
-            f"{', '.join(map(str, params))}); the actor API expects "
-            f"reset(self, hx, at)")
+            f"{cls.__name__}.reset has signature reset{signature}; the actor "
+            f"API expects reset(self, hx, at): two positional inputs, the "
+            f"state and the bool mask of envs to reset")
 
 
 class BaseActorModule(nn.Module):
@@ -142,7 +164,10 @@ class PolicyActor(BaseActorModule):
     Notes
     -----
     ``info`` holds ``logp`` (the log-probability of the chosen action) and
-    ``value`` when the policy returns one, each of shape ``(1, B)``.
+    ``value`` when the policy returns one, each of shape ``(1, B)``; for a
+    distribution with a batch of per-dimension probabilities (a plain
+    ``Normal`` over a ``Box``) ``logp`` keeps those dimensions: wrap it in
+    :class:`torch.distributions.Independent` for one joint ``logp``.
 
     Examples
     --------
@@ -163,7 +188,10 @@ class PolicyActor(BaseActorModule):
             out, value = out
             value = value.squeeze(-1) if value.dim() == obs.dim() else value
         if not isinstance(out, torch.distributions.Distribution):
-            out = torch.distributions.Categorical(logits=out)
+            # argument validation costs a third of a small policy's step;
+            # invalid (NaN) logits still fail, in sample()
+            out = torch.distributions.Categorical(logits=out,
+                                                  validate_args=False)
         return out, value
 
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):

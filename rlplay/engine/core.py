@@ -32,7 +32,8 @@ field                    shape            row ``t`` holds
 ``actor``                (1 + T, B, ...)  the actor's info at row ``t``; row
                                           ``T`` from a virtual lookahead
 ``env``                  (T, B, ...)      numeric env info of step ``t``
-                                          (the step into row ``t + 1``)
+                                          (the step into row ``t + 1``);
+                                          zero where the key was absent
 ``env_mask``             (T, B) bool      per info key: present at step
                                           ``t``
 ``hx``                   actor layout     the actor's state at row 0
@@ -55,9 +56,9 @@ With ``sticky=True`` an env whose episode ends at row ``t`` is not stepped
 again in this fragment: every later row ``t' > t`` of that env repeats row
 ``t`` (the reset observation, ``stepno = 0``, the same ``act`` and
 ``final``, ``fin = True``) with ``rew = 0``, ``truncated = False``, zero
-statistics and no env info; ``actor`` holds what the actor computed there,
-and its ``hx`` is reset at every such row. The next fragment carries on
-from the reset observation.
+statistics and no env info (mask ``False``, values zero); ``actor`` holds
+what the actor computed there, and its ``hx`` is reset at every such row.
+The next fragment carries on from the reset observation.
 """
 from collections import namedtuple
 
@@ -65,7 +66,8 @@ import numpy as np
 import torch
 
 from . import envs as _envs
-from .nested import StructureError, flatten, getitem, suply
+from .nested import (StructureError, check_structure, flatten, getitem,
+                     suply)
 from .shared import Aliased, aliased, copy_, torchify
 
 __all__ = [
@@ -117,8 +119,12 @@ def _same_kind(a, b):
 
 
 def _check_action(act, expected):
-    """The actor's action against the action space's layout."""
-    def check(got, want):
+    """The actor's action against the action space's layout.
+
+    Structure mismatches name the space first, the action second (so that
+    "missing keys" are keys the action lacks).
+    """
+    def check(want, got):
         if not isinstance(got, torch.Tensor):
             raise TypeError(f"the actor must return actions as tensors, got "
                             f"{type(got).__name__}")
@@ -132,10 +138,11 @@ def _check_action(act, expected):
                             f"{want.dtype}")
 
     try:
-        suply(check, act, expected)
-    except StructureError as exc:
-        raise StructureError(f"the actor's action does not match the action "
-                             f"space: {exc}") from None
+        check_structure(expected, act)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"the actor's action (second) does not match the "
+                        f"action space (first): {exc}") from None
+    suply(check, expected, act)
 
 
 def _check_info(info, n_envs):
@@ -148,20 +155,30 @@ def _check_info(info, n_envs):
                              f"(1, n_envs={n_envs}, ...), got {shape}")
 
 
-def _check_hx(hx, expected, what):
-    def check(got, want):
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape \
+def _describe_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return f"{tuple(x.shape)} {x.dtype}"
+    return f"a {type(x).__name__}"
+
+
+def _check_hx(hx, expected, what, against):
+    """``hx`` (returned by ``what``) against the ``expected`` layout.
+
+    Structure mismatches name ``expected`` first, ``hx`` second.
+    """
+    def check(want, got):
+        if not isinstance(got, torch.Tensor) or not isinstance(
+                want, torch.Tensor) or got.shape != want.shape \
                 or got.dtype != want.dtype:
-            desc = (f"{tuple(got.shape)} {got.dtype}" if isinstance(
-                got, torch.Tensor) else type(got).__name__)
-            raise ValueError(f"the actor's hx from {what} holds {desc}, "
-                             f"expected {tuple(want.shape)} {want.dtype}")
+            raise ValueError(f"the actor's hx from {what} holds "
+                             f"{_describe_tensor(got)}, but {against} holds "
+                             f"{_describe_tensor(want)}")
 
     try:
-        suply(check, hx, expected)
+        suply(check, expected, hx)
     except (StructureError, TypeError) as exc:
-        raise type(exc)(f"the actor's hx from {what} does not match its "
-                        f"initial hx: {exc}") from None
+        raise type(exc)(f"the actor's hx from {what} (second) does not "
+                        f"match {against} (first): {exc}") from None
 
 
 @torch.no_grad()
@@ -170,7 +187,7 @@ def _initial_hx(actor, row):
     _, hx, _ = actor.step(*row, hx=None, virtual=True)
     n_envs = row.fin.shape[1]
     hx0 = actor.reset(hx, torch.ones(n_envs, dtype=torch.bool))
-    _check_hx(hx, hx0, "step()")
+    _check_hx(hx, hx0, "step()", "the hx that reset() makes of it")
     return hx0
 
 
@@ -260,6 +277,17 @@ class _Views:
         self.length = [npy.stats.length[t] for t in range(T1)]
         self.env = [getitem(npy.env, t) for t in range(T1 - 1)]
         self.env_mask = [getitem(npy.env_mask, t) for t in range(T1 - 1)]
+        # (obs leaf, final leaf) pairs of each row, for the vectorised copy
+        # of the observations into `final` where no episode ended
+        self.obs_final = [list(zip(flatten(self.state[t].obs),
+                                   flatten(self.final[t])))
+                          for t in range(T1)]
+        # a (B,) bool scratch row, and views of it shaped to broadcast
+        # against every obs leaf (np.copyto's `where`)
+        self.not_fin = np.empty(npy.state.fin.shape[1], bool)
+        self.not_fin_like = [
+            self.not_fin.reshape(-1, *[1] * (leaf.ndim - 2))
+            for leaf in flatten(npy.state.obs)]
 
 
 class Context:
@@ -304,28 +332,34 @@ class Context:
         return views
 
 
-def _write_obs(tree, j, value, where):
-    """``tree[j] = value`` leaf by leaf, checking structure and shape."""
+def _write_obs(tree, j, value, what):
+    """``tree[j] = value`` leaf by leaf, checking structure and shape; the
+    messages name env ``j`` and ``what`` returned ``value``."""
     try:
-        suply(_write_leaf_obs, tree, value, j=j, where=where)
+        suply(_write_leaf_obs, tree, value, j=j, what=what)
     except (StructureError, TypeError) as exc:
-        raise type(exc)(f"{where}: the observation does not match the "
-                        f"observation space: {exc}") from None
+        raise type(exc)(f"env {j} {what}: the observation does not match "
+                        f"the observation space: {exc}") from None
 
 
-def _write_leaf_obs(leaf, obs, j, where):
-    # fast path of _write_obs for a single-array observation
+def _write_leaf_obs(leaf, obs, j, what):
+    _write_array_obs(leaf, j, obs, what)
+
+
+def _write_array_obs(leaf, j, obs, what):
+    # _write_obs for a single-array observation, without the walk
     if type(obs) is not np.ndarray:
         obs = np.asarray(obs)
     if obs.shape != leaf.shape[1:]:
-        raise ValueError(f"{where}: the observation has shape {obs.shape}, "
-                         f"its space says {leaf.shape[1:]}")
+        raise ValueError(f"env {j} {what}: the observation has shape "
+                         f"{obs.shape}, its space says {leaf.shape[1:]}")
     leaf[j] = obs
 
 
 def _obs_writer(obs_tree):
+    """``write(tree, j, obs, what)`` for trees laid out as ``obs_tree``."""
     if isinstance(obs_tree, np.ndarray):
-        return lambda leaf, j, obs, where: _write_leaf_obs(leaf, obs, j, where)
+        return _write_array_obs
     return _write_obs
 
 
@@ -357,7 +391,7 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
         seed = (None if seed_sequences is None
                 else int(seed_sequences[j].generate_state(1)[0]))
         obs, _ = _envs.reset(env, seed=seed)
-        write(state.obs, j, obs, f"env {j} reset()")
+        write(state.obs, j, obs, "reset()")
     state.fin[:] = True
     if final is not None:
         suply(np.copyto, final, state.obs)
@@ -396,17 +430,30 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
     hx = ctx.hx
     copy_(pyt.hx, hx)
     write_obs = _obs_writer(npy.state.obs)
+    act_is_array = isinstance(npy.state.act, np.ndarray)
     has_final = npy.final is not None
     keys = ctx.env_keys
-    ep_return, ep_length = ctx.ep_return, ctx.ep_length
-    frozen = np.zeros(len(envs), bool)
+    # env info is written only where present: clear the whole fragment once
+    # so that absent keys read zero, not what the reused buffer held before
+    for leaf in flatten(npy.env):
+        leaf.fill(0)
+    for leaf in npy.env_mask.values():
+        leaf.fill(False)
+    # per-env running statistics as Python numbers (cheaper to update than
+    # numpy scalars), written back to `ctx` at the end
+    ep_return, ep_length = ctx.ep_return.tolist(), ctx.ep_length.tolist()
+    frozen = [False] * len(envs)
     fin_at = torch.zeros(len(envs), dtype=torch.bool)
     fin_np = fin_at.numpy()
+    not_fin, not_fin_like = views.not_fin, views.not_fin_like
 
     for t in range(T):
         act, hx_next, info = actor.step(*views.rows[t], hx=hx, virtual=False)
         if t == 0:
-            _check_hx(hx_next, hx, "step()")
+            # prepare() checked a virtual call; check a real one too, once
+            # per fragment, before copy_ could broadcast a wrong shape
+            _check_action(act, views.rows[t + 1].act)
+            _check_hx(hx_next, hx, "step()", "the hx it was given")
         copy_(views.actor[t], info)
         row, row_next = views.state[t], views.state[t + 1]
         copy_(views.rows[t + 1].act, act)
@@ -417,31 +464,37 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
         final_next = views.final[t + 1]
         ret_next, length_next = views.ret[t + 1], views.length[t + 1]
         env_info, env_mask = views.env[t], views.env_mask[t]
+        # the values of an env whose episode goes on, for the whole row at
+        # once; the loop below overwrites the envs that end or are frozen
+        np.add(stepno, 1, out=stepno_next)
+        fin_next.fill(False)
+        truncated_next.fill(False)
+        ret_next.fill(0)
+        length_next.fill(0)
 
         for j, env in enumerate(envs):
             if frozen[j]:
                 _freeze(row, row_next, views.final[t], final_next, j)
-                truncated_next[j] = False
-                ret_next[j] = length_next[j] = 0
-                for key in keys:
-                    env_mask[key][j] = False
                 continue
 
-            obs, rew, terminated, truncated, info = env.step(
-                getitem(act_next, j))
-            ep_return[j] += rew
+            result = env.step(act_next[j] if act_is_array
+                              else getitem(act_next, j))
+            try:
+                obs, rew, terminated, truncated, info = result
+            except (TypeError, ValueError):
+                _envs.check_step(env, result)  # raises a clear TypeError
+                raise
+            ep_return[j] += float(rew)
             ep_length[j] += 1
             rew_next[j] = rew
             for key in keys:
                 if key in info:
                     _write_info(env_info[key], j, info[key], key)
                     env_mask[key][j] = True
-                else:
-                    env_mask[key][j] = False
 
             if terminated or truncated:
                 if has_final:
-                    write_obs(final_next, j, obs, f"env {j} step()")
+                    write_obs(final_next, j, obs, "step()")
                 ret_next[j], length_next[j] = ep_return[j], ep_length[j]
                 ep_return[j], ep_length[j] = 0.0, 0
                 obs, _ = _envs.reset(env)
@@ -449,15 +502,14 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
                 fin_next[j] = True
                 stepno_next[j] = 0
                 frozen[j] = sticky
-            else:
-                truncated_next[j] = False
-                fin_next[j] = False
-                stepno_next[j] = stepno[j] + 1
-                ret_next[j] = length_next[j] = 0
-            write_obs(obs_next, j, obs, f"env {j} step()")
-            if has_final and not fin_next[j]:
-                suply(_copy_at, final_next, obs_next, j=j)
+            write_obs(obs_next, j, obs, "step()")
 
+        if has_final:
+            # `final` is the observation itself where no episode ended
+            np.logical_not(fin_next, out=not_fin)
+            for (obs_leaf, final_leaf), where in zip(
+                    views.obs_final[t + 1], not_fin_like):
+                np.copyto(final_leaf, obs_leaf, where=where)
         hx = hx_next
         np.copyto(fin_np, fin_next)
         if fin_np.any():
@@ -469,6 +521,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
     npy.meta.worker[:] = ctx.worker
     npy.meta.env[:] = ctx.env_ids
     npy.meta.seq[:] = ctx.seq
+    ctx.ep_return[:] = ep_return
+    ctx.ep_length[:] = ep_length
     ctx.hx = hx
     ctx.seq += 1
     suply(np.copyto, ctx.last, _row_fields(npy, T))
@@ -552,6 +606,10 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     lengths : ndarray of int64, shape = (n_episodes,)
     """
     _check_counts(1, len(envs))
+    if isinstance(n_episodes, bool) or not isinstance(
+            n_episodes, (int, np.integer)):
+        raise TypeError(f"n_episodes must be an int, got "
+                        f"{type(n_episodes).__name__}")
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be at least 1, got {n_episodes}")
     n_envs = len(envs)
@@ -564,7 +622,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         seed = (None if seed_sequences is None
                 else int(seed_sequences[j].generate_state(1)[0]))
         obs, _ = _envs.reset(env, seed=seed)
-        write(obs_npy, j, obs, f"env {j} reset()")
+        write(obs_npy, j, obs, "reset()")
     state.npy.fin[:] = True
     hx = _initial_hx(actor, row)
     results = [[] for _ in envs]
@@ -591,7 +649,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
                     obs, _ = _envs.reset(env)
             npy.fin[j] = done
             npy.stepno[j] = 0 if done else npy.stepno[j] + 1
-            write(obs_npy, j, obs, f"env {j} step()")
+            write(obs_npy, j, obs, "step()")
         if npy.fin.any():
             hx = actor.reset(hx, torch.from_numpy(npy.fin.copy()))
     flat = [pair for per_env in results for pair in per_env][:n_episodes]

@@ -27,6 +27,7 @@ __all__ = [
     "collector_seed_sequence",
     "env_seed_sequences",
     "info_example",
+    "close_envs",
 ]
 
 
@@ -104,20 +105,44 @@ def make_envs(factory, seed_sequences):
     TypeError
         ``factory`` is not callable or returns something that is not a
         Gymnasium environment (no ``reset``/``step``/spaces).
+    Exception
+        Whatever ``factory`` raises, as it is. Envs already made are
+        closed first.
     """
     if not callable(factory):
         raise TypeError(f"factory must be callable and return a Gymnasium "
                         f"env, got {type(factory).__name__}")
     pass_seed = _accepts_seed(factory)
     envs = []
-    for ss in seed_sequences:
-        seed = int(ss.generate_state(1)[0])
-        env = factory(seed=seed) if pass_seed else factory()
-        _check_env(env, factory)
-        env.action_space.seed(seed)
-        env.observation_space.seed(seed)
-        envs.append(env)
+    try:
+        for ss in seed_sequences:
+            seed = int(ss.generate_state(1)[0])
+            env = factory(seed=seed) if pass_seed else factory()
+            _check_env(env, factory)
+            env.action_space.seed(seed)
+            env.observation_space.seed(seed)
+            envs.append(env)
+    except BaseException:
+        # the envs made so far would leak otherwise; the original error wins
+        try:
+            close_envs(envs)
+        except Exception:  # noqa: BLE001
+            pass
+        raise
     return envs
+
+
+def close_envs(envs):
+    """Close every env, even if some ``close()`` raise (the first is
+    re-raised once all were tried)."""
+    error = None
+    for env in envs:
+        try:
+            env.close()
+        except Exception as exc:  # noqa: BLE001 - re-raised below
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _check_env(env, factory):

@@ -11,13 +11,20 @@ Everything else is a leaf.
 The first structure defines the shape of the result. A mismatch (a missing or
 extra key, a different length, a container facing a leaf) raises
 :class:`StructureError` (a ``ValueError``) or ``TypeError`` naming the path,
-e.g. ``['obs']['image']``, and both sides. Nothing is ever trimmed silently.
+e.g. ``['obs']['image']``, and both sides, first structure first; between
+mappings it lists the *missing* keys (in the first, not in the other) and the
+*extra* ones. Nothing is ever trimmed silently. A ``list`` and a ``tuple`` of
+the same length match each other.
 
 These functions sit in the innermost loops of collection, so they are plain
-recursive functions with no per-call validation beyond what is needed to
-detect a mismatch; paths are only assembled when an error unwinds.
+recursive functions that dispatch on a per-type table (one dict lookup per
+node instead of ``isinstance`` checks against the ``Mapping`` ABC), with no
+validation beyond what is needed to detect a mismatch; paths are only
+assembled when an error unwinds. A structure nested deeper than the
+interpreter's recursion limit raises :class:`RecursionError`.
 """
 from collections.abc import Mapping
+from functools import partial
 
 __all__ = [
     "StructureError",
@@ -41,16 +48,93 @@ class _Mismatch(Exception):
         self.message, self.exc_type, self.path = message, exc_type, []
 
 
+# Node kinds. Everything from _LIST on is a sequence. A _NAMEDTUPLE keeps
+# the ``__new__`` that ``collections.namedtuple`` generated, which only packs
+# its arguments, so it is rebuilt with ``tuple.__new__`` (a third of the
+# cost); a _NEWTUPLE overrides ``__new__`` and is rebuilt by calling it.
+_LEAF, _NONE, _DICT, _LIST, _TUPLE, _NAMEDTUPLE, _NEWTUPLE, _SEQUENCE = \
+    range(8)
+
+# kind by exact type, filled on first sight of a type; bounded so that types
+# made on the fly (namedtuples built in a loop) cannot grow it forever
+_KINDS = {type(None): _NONE, dict: _DICT, list: _LIST, tuple: _TUPLE}
+_MAX_KINDS = 1024
+
+
+def _kind_of(cls):
+    if issubclass(cls, Mapping):
+        kind = _DICT
+    elif issubclass(cls, tuple):
+        kind = _SEQUENCE
+        if hasattr(cls, "_fields"):
+            kind = _NAMEDTUPLE if _plain_new(cls) else _NEWTUPLE
+    elif issubclass(cls, list):
+        kind = _SEQUENCE
+    else:
+        kind = _LEAF
+    if len(_KINDS) < _MAX_KINDS:
+        _KINDS[cls] = kind
+    return kind
+
+
+def _plain_new(cls):
+    # the class that defines the ``__new__`` in use is the one namedtuple
+    # made (its namespace holds both ``__new__`` and ``_make``)
+    for klass in cls.__mro__:
+        if "__new__" in vars(klass):
+            return klass is not tuple and "_make" in vars(klass)
+    return False
+
+
+def _rebuild(tree, kind, values):
+    if kind == _LIST:
+        return values
+    if kind == _TUPLE:
+        return tuple(values)
+    if kind == _NAMEDTUPLE:
+        return tuple.__new__(type(tree), values)
+    if kind == _NEWTUPLE:
+        return type(tree)(*values)
+    return type(tree)(values)
+
+
 def _describe(obj):
     if isinstance(obj, Mapping):
         return f"{type(obj).__name__} with keys {list(obj.keys())!r}"
     if isinstance(obj, (list, tuple)):
         return f"{type(obj).__name__} of length {len(obj)}"
+    if obj is None:
+        return "None"
     return f"leaf of type {type(obj).__name__}"
 
 
-def _is_container(obj):
-    return obj is None or isinstance(obj, (Mapping, list, tuple))
+def _mismatch(tree, other, kind, okind):
+    """The error for ``tree`` (of ``kind``) facing ``other``, or ``None``."""
+    if kind == _DICT:
+        if okind != _DICT:
+            return _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
+                             TypeError)
+        if tree.keys() == other.keys():
+            return None
+        missing = [k for k in tree if k not in other]
+        extra = [k for k in other if k not in tree]
+        detail = "; ".join(
+            f"{what} {keys!r}" for what, keys in (
+                ("missing keys", missing), ("extra keys", extra)) if keys)
+        return _Mismatch(f"{_describe(tree)} vs {_describe(other)} "
+                         f"({detail})", StructureError)
+    if kind >= _LIST:
+        if okind < _LIST:
+            return _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
+                             TypeError)
+        if len(tree) != len(other):
+            return _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
+                             StructureError)
+        return None
+    if kind != okind:  # a leaf or None facing something else
+        return _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
+                         TypeError)
+    return None
 
 
 def _raise(exc):
@@ -58,65 +142,86 @@ def _raise(exc):
     raise exc.exc_type(f"at {path}: {exc.message}") from None
 
 
-def _apply(fn, tree, others, kwargs, star):
-    # `star` selects fn(*leaves) (suply) or fn(leaves) (tuply)
-    if tree is None:
-        for other in others:
-            if other is not None:
-                raise _Mismatch(f"None vs {_describe(other)}", TypeError)
+def _map1(fn, tree):
+    kind = _KINDS.get(type(tree))
+    if kind is None:
+        kind = _kind_of(type(tree))
+    if kind == _LEAF:
+        return fn(tree)
+    if kind == _DICT:
+        return {key: _map1(fn, value) for key, value in tree.items()}
+    if kind == _NONE:
         return None
+    return _rebuild(tree, kind, [_map1(fn, value) for value in tree])
 
-    if isinstance(tree, Mapping):
-        n_keys = len(tree)
-        for other in others:
-            if not isinstance(other, Mapping):
-                raise _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
-                                TypeError)
-            if len(other) != n_keys or any(k not in other for k in tree):
-                raise _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
-                                StructureError)
+
+def _map2(fn, tree, other):
+    kind = _KINDS.get(type(tree))
+    if kind is None:
+        kind = _kind_of(type(tree))
+    okind = _KINDS.get(type(other))
+    if okind is None:
+        okind = _kind_of(type(other))
+    if kind == _LEAF and okind == _LEAF:
+        return fn(tree, other)
+    if kind == _DICT:
+        if okind != _DICT or tree.keys() != other.keys():
+            raise _mismatch(tree, other, kind, okind)
+        result = {}
+        try:
+            for key, value in tree.items():
+                result[key] = _map2(fn, value, other[key])
+        except _Mismatch as exc:
+            exc.path.append(key)
+            raise
+        return result
+    error = _mismatch(tree, other, kind, okind)
+    if error is not None:
+        raise error
+    if kind == _NONE:
+        return None
+    values = []
+    try:
+        for value, item in zip(tree, other):
+            values.append(_map2(fn, value, item))
+    except _Mismatch as exc:
+        exc.path.append(len(values))
+        raise
+    return _rebuild(tree, kind, values)
+
+
+def _mapn(fn, tree, others):
+    kind = _KINDS.get(type(tree))
+    if kind is None:
+        kind = _kind_of(type(tree))
+    for other in others:
+        okind = _KINDS.get(type(other))
+        if okind is None:
+            okind = _kind_of(type(other))
+        error = _mismatch(tree, other, kind, okind)
+        if error is not None:
+            raise error
+    if kind == _LEAF:
+        return fn(tree, *others)
+    if kind == _NONE:
+        return None
+    if kind == _DICT:
         result = {}
         for key, value in tree.items():
             try:
-                result[key] = _apply(fn, value, [o[key] for o in others],
-                                     kwargs, star)
+                result[key] = _mapn(fn, value, [o[key] for o in others])
             except _Mismatch as exc:
                 exc.path.append(key)
                 raise
         return result
-
-    if isinstance(tree, (list, tuple)):
-        n_items = len(tree)
-        for other in others:
-            if not isinstance(other, (list, tuple)):
-                raise _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
-                                TypeError)
-            if len(other) != n_items:
-                raise _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
-                                StructureError)
-        values = []
-        for index, value in enumerate(tree):
-            try:
-                values.append(_apply(fn, value, [o[index] for o in others],
-                                     kwargs, star))
-            except _Mismatch as exc:
-                exc.path.append(index)
-                raise
-        if type(tree) is list:
-            return values
-        if type(tree) is tuple:
-            return tuple(values)
-        if hasattr(tree, "_fields"):  # namedtuple
-            return type(tree)(*values)
-        return type(tree)(values)
-
-    for other in others:
-        if _is_container(other):
-            raise _Mismatch(f"{_describe(tree)} vs {_describe(other)}",
-                            TypeError)
-    if star:
-        return fn(tree, *others, **kwargs)
-    return fn((tree, *others), **kwargs)
+    values = []
+    for index, value in enumerate(tree):
+        try:
+            values.append(_mapn(fn, value, [o[index] for o in others]))
+        except _Mismatch as exc:
+            exc.path.append(index)
+            raise
+    return _rebuild(tree, kind, values)
 
 
 def suply(fn, tree, *others, **kwargs):
@@ -146,32 +251,16 @@ def suply(fn, tree, *others, **kwargs):
     >>> suply(lambda a, b: a + b, {"x": 1, "y": (2, 3)}, {"x": 10, "y": (20, 30)})
     {'x': 11, 'y': (22, 33)}
     """
-    if not others and not kwargs:
-        return _apply1(fn, tree)
+    if kwargs:
+        fn = partial(fn, **kwargs)
+    if not others:
+        return _map1(fn, tree)
     try:
-        return _apply(fn, tree, others, kwargs, True)
+        if len(others) == 1:
+            return _map2(fn, tree, others[0])
+        return _mapn(fn, tree, others)
     except _Mismatch as exc:
         _raise(exc)
-
-
-def _apply1(fn, tree):
-    # the common single-structure case, without the lock-step checks
-    if tree is None:
-        return None
-    if isinstance(tree, dict):
-        return {k: _apply1(fn, v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        values = [_apply1(fn, v) for v in tree]
-        if type(tree) is list:
-            return values
-        if type(tree) is tuple:
-            return tuple(values)
-        if hasattr(tree, "_fields"):
-            return type(tree)(*values)
-        return type(tree)(values)
-    if isinstance(tree, Mapping):
-        return {k: _apply1(fn, v) for k, v in tree.items()}
-    return fn(tree)
 
 
 def tuply(fn, tree, *others, **kwargs):
@@ -182,10 +271,10 @@ def tuply(fn, tree, *others, **kwargs):
     >>> tuply(sum, [1, {"a": 2}], [10, {"a": 20}])
     [11, {'a': 22}]
     """
-    try:
-        return _apply(fn, tree, others, kwargs, False)
-    except _Mismatch as exc:
-        _raise(exc)
+    def call(*leaves):
+        return fn(leaves, **kwargs)
+
+    return suply(call, tree, *others)
 
 
 def getitem(tree, index):
@@ -197,13 +286,16 @@ def getitem(tree, index):
     >>> getitem({"a": np.arange(3), "b": (np.arange(3) * 10,)}, 1)
     {'a': np.int64(1), 'b': (np.int64(10),)}
     """
-    if tree is None:
+    kind = _KINDS.get(type(tree))
+    if kind is None:
+        kind = _kind_of(type(tree))
+    if kind == _LEAF:
+        return tree[index]
+    if kind == _DICT:
+        return {key: getitem(value, index) for key, value in tree.items()}
+    if kind == _NONE:
         return None
-    if isinstance(tree, dict):
-        return {k: getitem(v, index) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple, Mapping)):
-        return _apply1(lambda leaf: leaf[index], tree)
-    return tree[index]
+    return _rebuild(tree, kind, [getitem(value, index) for value in tree])
 
 
 def setitem(tree, index, value):
@@ -211,7 +303,8 @@ def setitem(tree, index, value):
 
     ``tree[index] = value`` leaf by leaf, for arrays or tensors. ``value``
     must have ``tree``'s structure; a mismatch raises as in :func:`suply`
-    (a dict ``value`` with extra keys is a mismatch too).
+    (a dict ``value`` with extra keys is a mismatch too). Leaves written
+    before a mismatch is found keep their new values.
 
     Examples
     --------
@@ -221,20 +314,44 @@ def setitem(tree, index, value):
     >>> buf["a"].tolist(), buf["b"][0].tolist()
     ([0.0, 0.5, 0.0], [0, 7, 0])
     """
-    if not _is_container(tree):  # fast path: a single array
-        if _is_container(value):
-            _raise(_Mismatch(f"{_describe(tree)} vs {_describe(value)}",
-                             TypeError))
-        tree[index] = value
-        return
     try:
-        _apply(_setitem_leaf, tree, (value,), {"index": index}, True)
+        _setitem(tree, index, value)
     except _Mismatch as exc:
         _raise(exc)
 
 
-def _setitem_leaf(leaf, value, *, index):
-    leaf[index] = value
+def _setitem(tree, index, value):
+    kind = _KINDS.get(type(tree))
+    if kind is None:
+        kind = _kind_of(type(tree))
+    okind = _KINDS.get(type(value))
+    if okind is None:
+        okind = _kind_of(type(value))
+    if kind == _LEAF and okind == _LEAF:
+        tree[index] = value
+        return
+    if kind == _DICT:
+        if okind != _DICT or tree.keys() != value.keys():
+            raise _mismatch(tree, value, kind, okind)
+        for key, leaf in tree.items():
+            try:
+                _setitem(leaf, index, value[key])
+            except _Mismatch as exc:
+                exc.path.append(key)
+                raise
+        return
+    error = _mismatch(tree, value, kind, okind)
+    if error is not None:
+        raise error
+    if kind != _NONE:
+        position = 0
+        try:
+            for leaf, item in zip(tree, value):
+                _setitem(leaf, index, item)
+                position += 1
+        except _Mismatch as exc:
+            exc.path.append(position)
+            raise
 
 
 def flatten(tree):
@@ -246,14 +363,28 @@ def flatten(tree):
     [1, 2, 3]
     """
     leaves = []
-    _apply1(leaves.append, tree)
+    _flatten(tree, leaves)
     return leaves
+
+
+def _flatten(tree, leaves):
+    kind = _KINDS.get(type(tree))
+    if kind is None:
+        kind = _kind_of(type(tree))
+    if kind == _LEAF:
+        leaves.append(tree)
+    elif kind == _DICT:
+        for value in tree.values():
+            _flatten(value, leaves)
+    elif kind != _NONE:
+        for value in tree:
+            _flatten(value, leaves)
 
 
 def check_structure(tree, *others):
     """Raise :class:`StructureError` or ``TypeError`` unless all match."""
-    tuply(_noop, tree, *others)
+    suply(_noop, tree, *others)
 
 
-def _noop(leaves):
+def _noop(*leaves):
     return None

@@ -12,14 +12,16 @@ until the next ``next()`` (pass ``copy=True`` to get a fresh batch each time).
 The policy lag is zero: fragment ``k`` is collected with the parameters the
 actor has when ``next()`` is called, and ``meta.version`` records ``k``, the
 number of batches yielded before it. Errors in the factory, the envs or the
-actor are raised directly in the caller. ``close()`` closes the envs.
+actor are raised directly in the caller (a failed set-up closes the envs it
+made). ``close()`` closes the envs.
 """
 import time
 
 import torch
 
-from ..core import Fragment, collect, episode_stats, prepare, startup
-from ..envs import env_seed_sequences, make_envs
+from ..core import (Fragment, _check_counts, collect, episode_stats,
+                    prepare, startup)
+from ..envs import close_envs, env_seed_sequences, make_envs
 from ..nested import suply
 from ..shared import check_device, copy_
 
@@ -48,17 +50,21 @@ class Rollout:
                  pinned=False, copy=False):
         device = check_device(device, pinned)
         on_cuda = device is not None and device.type == "cuda"
-        seeds = env_seed_sequences(entropy, n_envs) if isinstance(
-            n_envs, int) and n_envs > 0 else None
-        if seeds is None:
-            from ..core import _check_counts
-            _check_counts(n_steps, n_envs)
+        _check_counts(n_steps, n_envs)  # before any env is made
+        seeds = env_seed_sequences(entropy, int(n_envs))
         self.envs = make_envs(factory, seeds)
         self.actor, self.sticky, self.copy = actor, sticky, copy
-        self.buffer = prepare(self.envs[0], actor, n_steps, n_envs,
-                              env_info=env_info, final=final,
-                              pinned=pinned or on_cuda)
-        self.ctx = startup(self.envs, actor, self.buffer, seeds)
+        try:
+            self.buffer = prepare(self.envs[0], actor, n_steps, n_envs,
+                                  env_info=env_info, final=final,
+                                  pinned=pinned or on_cuda)
+            self.ctx = startup(self.envs, actor, self.buffer, seeds)
+        except BaseException:
+            try:
+                close_envs(self.envs)
+            except Exception:  # noqa: BLE001 - the set-up error wins
+                pass
+            raise
         self.device = device if device is not None and device.type != "cpu" \
             else None
         self.batch = (None if self.device is None else suply(
@@ -86,7 +92,8 @@ class Rollout:
                                                     1e-9)
         stats["returns"], stats["lengths"] = episode_stats(self.buffer.npy)
         if self.batch is not None:
-            return copy_(self.batch, self.buffer.pyt, non_blocking=True)
+            batch = copy_(self.batch, self.buffer.pyt, non_blocking=True)
+            return suply(torch.clone, batch) if self.copy else batch
         if self.copy:
             return suply(torch.clone, self.buffer.pyt)
         return self.buffer.pyt
@@ -96,8 +103,7 @@ class Rollout:
         if self._closed:
             return
         self._closed = True
-        for env in self.envs:
-            env.close()
+        close_envs(self.envs)
 
     def __enter__(self):
         return self
@@ -123,7 +129,11 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
     n_envs : int
         ``B``, the envs stepped together.
     entropy : int, optional
-        Seeds the run reproducibly (see :mod:`rlplay.engine.envs`).
+        Seeds the envs and their spaces reproducibly (see
+        :mod:`rlplay.engine.envs`). The actor runs in this process and
+        draws its randomness from this process's torch generator, which is
+        left alone: seed it (``torch.manual_seed``) for a sampling actor to
+        repeat its fragments too.
     sticky : bool
         Freeze an env for the rest of a fragment once its episode ended.
     env_info : dict, optional

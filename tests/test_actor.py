@@ -1,0 +1,270 @@
+"""The actor API: signature checks, the default reset, PolicyActor."""
+import pytest
+import torch
+from torch import nn
+
+from rlplay.engine import BaseActorModule, PolicyActor
+
+EXPECTED = r"step\(self, stepno, obs, act, rew, fin, /, \*, hx, virtual\)"
+
+
+# signatures, checked when a class is defined
+
+def test_a_correct_actor_is_accepted():
+    class Good(BaseActorModule):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            return act, hx, {}
+
+        def reset(self, hx, at):
+            return hx
+
+    class WithDefaults(BaseActorModule):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx=None,
+                 virtual=False):
+            return act, hx, {}
+
+    class Later(Good):  # inherits both: nothing to check
+        pass
+
+    class KeywordsSwapped(BaseActorModule):
+        def step(self, stepno, obs, act, rew, fin, /, *, virtual, hx):
+            return act, hx, {}
+
+    assert issubclass(Later, BaseActorModule)
+
+
+def test_wrong_positional_names():
+    with pytest.raises(TypeError) as info:
+        class Renamed(BaseActorModule):
+            def step(self, stepno, observation, act, rew, fin, /, *, hx,
+                     virtual):
+                pass
+    message = str(info.value)
+    assert message.startswith("Renamed.step has signature step(self, "
+                              "stepno, observation, act, rew, fin, /, *, hx, "
+                              "virtual)")
+    assert "the actor API expects step(self, stepno, obs, act, rew, fin, /, "\
+           "*, hx, virtual)" in message
+    assert message.endswith("its positional inputs are (stepno, observation,"
+                            " act, rew, fin), expected (stepno, obs, act, "
+                            "rew, fin) in this order")
+
+
+def test_positional_order_matters():
+    with pytest.raises(TypeError, match=EXPECTED):
+        class Swapped(BaseActorModule):
+            def step(self, obs, stepno, act, rew, fin, /, *, hx, virtual):
+                pass
+
+
+def test_missing_slash():
+    with pytest.raises(TypeError, match=r"NoSlash.step has signature "
+                                        r"step\(self, stepno, obs, act, rew, "
+                                        r"fin, \*, hx, virtual\).*the five "
+                                        r"inputs must be positional-only: "
+                                        r"add '/' after fin$"):
+        class NoSlash(BaseActorModule):
+            def step(self, stepno, obs, act, rew, fin, *, hx, virtual):
+                pass
+
+
+def test_missing_star():
+    with pytest.raises(TypeError, match=r"NoStar.step has signature "
+                                        r"step\(self, stepno, obs, act, rew, "
+                                        r"fin, /, hx, virtual\).*hx and "
+                                        r"virtual must be keyword-only: add "
+                                        r"'\*' before hx$"):
+        class NoStar(BaseActorModule):
+            def step(self, stepno, obs, act, rew, fin, /, hx, virtual):
+                pass
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("def step(self, stepno, obs, act, rew, fin, /, *, hx): pass",
+     r"its keyword parameters are \(hx\), expected \(hx, virtual\)"),
+    ("def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual, extra):"
+     " pass", r"its keyword parameters are \(hx, virtual, extra\)"),
+    ("def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual, **kw):"
+     " pass", r"it must not take \*args or \*\*kwargs"),
+    ("def step(self, stepno, obs, act, rew, /, *, hx, virtual): pass",
+     r"its positional inputs are \(stepno, obs, act, rew\), expected"),
+    ("def step(self, *args, hx, virtual): pass",
+     r"it must not take \*args"),
+    ("def step(self, stepno, obs, act, rew, fin, hx, /, *, virtual): pass",
+     r"hx and virtual must be keyword-only"),
+], ids=["no-virtual", "extra-keyword", "var-keyword", "four-positional",
+        "var-positional", "positional-hx"])
+def test_other_wrong_step_signatures(source, problem):
+    namespace = {}
+    exec(source, namespace)
+    with pytest.raises(TypeError, match=EXPECTED + ": " + problem):
+        type("Bad", (BaseActorModule,), {"step": namespace["step"]})
+
+
+@pytest.mark.parametrize("source", [
+    "def reset(self, hx): pass",
+    "def reset(self, state, at): pass",
+    "def reset(self, hx, at, extra): pass",
+    "def reset(self, hx, *, at): pass",
+    "def reset(self, at, hx): pass",
+], ids=["one-arg", "renamed", "extra", "keyword-at", "swapped"])
+def test_wrong_reset_signatures(source):
+    namespace = {}
+    exec(source, namespace)
+    signature = source[len("def reset"):source.index(":")]
+    with pytest.raises(TypeError) as info:
+        type("BadReset", (BaseActorModule,), {"reset": namespace["reset"]})
+    assert str(info.value).startswith(
+        f"BadReset.reset has signature reset{signature}; the actor API "
+        f"expects reset(self, hx, at)")
+
+
+def test_positional_only_reset_is_accepted():
+    class Fine(BaseActorModule):
+        def reset(self, hx, at, /):
+            return hx
+
+
+# the default reset
+
+def test_default_reset_of_a_gru_state():
+    actor = BaseActorModule()
+    hx = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3) + 1
+    before = hx.clone()
+    at = torch.tensor([False, True, False, True])
+    out = actor.reset(hx, at)
+    assert torch.equal(hx, before)  # never mutates its input
+    assert out is not hx
+    assert (out[:, [1, 3]] == 0).all()
+    assert torch.equal(out[:, [0, 2]], before[:, [0, 2]])
+
+
+def test_default_reset_of_an_lstm_state_and_feed_forward():
+    actor = BaseActorModule()
+    h, c = torch.ones(1, 3, 2), torch.full((1, 3, 2), 2.0)
+    at = torch.tensor([True, False, False])
+    h1, c1 = actor.reset((h, c), at)
+    assert h1[:, 0].eq(0).all() and c1[:, 0].eq(0).all()
+    assert h1[:, 1:].eq(1).all() and c1[:, 1:].eq(2).all()
+    assert actor.reset((), at) == ()
+    assert actor.reset(None, at) is None
+
+
+def test_default_reset_along_another_dimension():
+    class BatchFirst(BaseActorModule):
+        hx_dim = 0
+
+    hx = torch.ones(3, 5)
+    out = BatchFirst().reset(hx, torch.tensor([False, False, True]))
+    assert out[2].eq(0).all() and out[:2].eq(1).all()
+
+
+def test_default_reset_in_a_real_gru():
+    gru = nn.GRU(2, 4)
+    actor = BaseActorModule()
+    _, hx = gru(torch.randn(3, 2, 2))
+    out = actor.reset(hx, torch.tensor([True, False]))
+    assert out[:, 0].eq(0).all() and torch.equal(out[:, 1], hx[:, 1])
+
+
+# PolicyActor
+
+def row(obs):
+    n_envs = obs.shape[1]
+    return (torch.zeros(1, n_envs, dtype=torch.int64), obs,
+            torch.zeros(1, n_envs, dtype=torch.int64), torch.zeros(1, n_envs),
+            torch.ones(1, n_envs, dtype=torch.bool))
+
+
+class Fixed(nn.Module):
+    """Returns fixed logits (and a value) whatever the observation."""
+
+    def __init__(self, logits, value=None):
+        super().__init__()
+        self.logits, self.value = torch.tensor(logits), value
+
+    def forward(self, obs):
+        logits = self.logits.expand(*obs.shape[:-1], -1)
+        if self.value is None:
+            return logits
+        return logits, torch.full((*obs.shape[:-1], 1), self.value)
+
+
+def test_policy_actor_with_logits():
+    torch.manual_seed(0)
+    actor = PolicyActor(Fixed([0.0, 1.0, 2.0]))
+    act, hx, info = actor.step(*row(torch.zeros(1, 64, 4)), hx=None,
+                               virtual=False)
+    assert hx == ()
+    assert act.shape == (1, 64) and act.dtype == torch.int64
+    assert set(act.flatten().tolist()) == {0, 1, 2}  # sampled in training
+    assert list(info) == ["logp"] and info["logp"].shape == (1, 64)
+    expected = torch.log_softmax(torch.tensor([0.0, 1.0, 2.0]), -1)[act]
+    assert torch.allclose(info["logp"], expected)
+
+
+def test_policy_actor_greedy_in_eval():
+    actor = PolicyActor(Fixed([0.0, 3.0, 1.0])).eval()
+    act, _, info = actor.step(*row(torch.zeros(1, 32, 4)), hx=(),
+                              virtual=False)
+    assert act.eq(1).all()
+    actor = PolicyActor(Fixed([0.0, 3.0, 1.0]), greedy_in_eval=False).eval()
+    torch.manual_seed(0)
+    act, _, _ = actor.step(*row(torch.zeros(1, 256, 4)), hx=(),
+                           virtual=False)
+    assert set(act.flatten().tolist()) == {0, 1, 2}
+
+
+def test_policy_actor_with_logits_and_value():
+    actor = PolicyActor(Fixed([1.0, 1.0], value=0.5))
+    act, _, info = actor.step(*row(torch.zeros(1, 3, 4)), hx=(),
+                              virtual=True)
+    assert set(info) == {"logp", "value"}
+    assert info["value"].shape == (1, 3) and info["value"].eq(0.5).all()
+    assert torch.allclose(info["logp"], torch.full((1, 3), -0.6931),
+                          atol=1e-4)
+
+
+class Gaussian(nn.Module):
+    def forward(self, obs):
+        mean = obs[..., :2] + 1.0
+        dist = torch.distributions.Independent(
+            torch.distributions.Normal(mean, torch.ones_like(mean)), 1)
+        return dist, obs.sum(-1, keepdim=True)
+
+
+def test_policy_actor_with_a_distribution():
+    actor = PolicyActor(Gaussian())
+    obs = torch.zeros(1, 5, 3)
+    act, _, info = actor.step(*row(obs), hx=(), virtual=False)
+    assert act.shape == (1, 5, 2) and act.dtype == torch.float32
+    assert info["logp"].shape == (1, 5) and info["value"].shape == (1, 5)
+    actor.eval()
+    act, _, _ = actor.step(*row(obs), hx=(), virtual=False)
+    assert act.eq(1.0).all()  # the mode of the Normal
+
+
+def test_policy_actor_reset_and_forward():
+    actor = PolicyActor(nn.Linear(4, 2))
+    assert actor.reset((), torch.ones(3, dtype=torch.bool)) == ()
+    dist, value = actor(torch.zeros(2, 4))
+    assert isinstance(dist, torch.distributions.Categorical) and value is None
+    assert dict(actor.named_parameters()).keys() == {"policy.weight",
+                                                     "policy.bias"}
+
+
+def test_policy_actor_with_nan_logits_fails():
+    actor = PolicyActor(Fixed([float("nan"), 0.0]))
+    with pytest.raises(RuntimeError, match="probability tensor contains"):
+        actor.step(*row(torch.zeros(1, 2, 4)), hx=(), virtual=False)
+
+
+def test_policy_actor_with_a_per_dimension_distribution():
+    class Plain(nn.Module):
+        def forward(self, obs):
+            mean = obs[..., :2]
+            return torch.distributions.Normal(mean, torch.ones_like(mean))
+
+    _, _, info = PolicyActor(Plain()).step(*row(torch.zeros(1, 3, 4)),
+                                           hx=(), virtual=False)
+    assert info["logp"].shape == (1, 3, 2)

@@ -1,0 +1,585 @@
+"""Exact values of the fragment layout (the table in ``rlplay.engine.core``).
+
+The envs are ``CountingEnv`` (obs = steps since reset + 100 * episode index,
+reward = action, terminating every ``term_every`` steps, truncated at
+``trunc_at``), started without seeds so that the offset is 0. The actor
+``Recorder`` acts ``(obs + stepno) % 5``, keeps in ``hx`` the number of
+steps since its last reset and records in ``info`` what it saw.
+
+The expected values come from literal tables worked out by hand from the
+layout table, and from ``simulate``, an independent model of the same
+rules run on many configurations.
+"""
+import numpy as np
+import pytest
+import torch
+
+from envs import CountingEnv, StructuredEnv
+from layout_envs import CyclingEnv, EpisodeInfoEnv
+from rlplay.engine import BaseActorModule
+from rlplay.engine.core import (Fragment, collect, episode_stats, prepare,
+                                startup)
+from rlplay.engine.nested import flatten, suply
+
+ENV_INFO = {"t": 0, "done": 0.0}
+
+
+class Recorder(BaseActorModule):
+    """act = (obs + stepno) % 5; hx, shape (1, B, 1), counts the steps
+    since its last reset; ``resets`` logs the ``at`` of every reset."""
+
+    def __init__(self):
+        super().__init__()
+        self.resets = []
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        if hx is None:
+            hx = torch.full((1, obs.shape[1], 1), -7.0)  # reset() zeroes it
+        x = obs[..., 0]
+        info = {"obs": x.clone(), "stepno": stepno.clone(),
+                "fin": fin.clone(), "hx": hx[..., 0].clone(),
+                "virtual": torch.full_like(fin, virtual)}
+        return (x.long() + stepno) % 5, hx + 1, info
+
+    def reset(self, hx, at):
+        self.resets.append(at.clone())
+        return super().reset(hx, at)
+
+
+def run(configs, n_steps, n_fragments, *, sticky=False, env_info=ENV_INFO,
+        final=True, env_cls=CountingEnv):
+    """Collect fragments; return ``[(fragment copy, resets)]``.
+
+    ``configs`` holds ``(term_every, trunc_at)`` per env; a tuple
+    ``term_every`` gives the cycling episode lengths of a CyclingEnv.
+    """
+    envs = [CyclingEnv(k, trunc_at=n) if isinstance(k, tuple)
+            else env_cls(term_every=k, trunc_at=n) for k, n in configs]
+    actor = Recorder()
+    buffer = prepare(envs[0], actor, n_steps, len(envs), env_info=env_info,
+                     final=final)
+    ctx = startup(envs, actor, buffer)
+    actor.resets.clear()
+    results = []
+    for k in range(n_fragments):
+        out = collect(actor, buffer, ctx, sticky=sticky, version=10 + k)
+        assert out is buffer
+        results.append((suply(np.copy, buffer.npy),
+                        [at.tolist() for at in actor.resets]))
+        actor.resets.clear()
+    return results
+
+
+def columns(array):
+    """``(1 + T, B, ...)`` to per-env lists of rows (first feature only)."""
+    array = np.asarray(array)
+    if array.ndim == 3:
+        array = array[..., 0]
+    return array.T.tolist()
+
+
+def check_fragment(fragment, expected):
+    """Compare every field listed in ``expected`` ({field: per-env rows})."""
+    fields = {
+        "obs": fragment.state.obs, "stepno": fragment.state.stepno,
+        "act": fragment.state.act, "rew": fragment.state.rew,
+        "fin": fragment.state.fin, "truncated": fragment.truncated,
+        "final": fragment.final, "ret": fragment.stats.ret,
+        "length": fragment.stats.length,
+        "env_t": fragment.env["t"], "mask_t": fragment.env_mask["t"],
+        "env_done": fragment.env["done"],
+        "mask_done": fragment.env_mask["done"],
+    }
+    for name, want in expected.items():
+        got = columns(fields[name])
+        assert got == want, f"{name}: got {got}, expected {want}"
+
+
+# -- a worked example: T = 4, three envs ------------------------------------
+#
+# env 0: terminates every 2 steps: ends mid-fragment (row 2) and at row T,
+#        so the next fragment starts with an end at row 0;
+# env 1: truncated at 3 steps: ends at row T - 1;
+# env 2: terminated and truncated at step 3 at once: terminated wins.
+
+CONFIGS = [(2, None), (None, 3), (3, 3)]
+
+FIRST = {
+    "obs": [[0, 1, 100, 101, 200], [0, 1, 2, 100, 101], [0, 1, 2, 100, 101]],
+    "stepno": [[0, 1, 0, 1, 0], [0, 1, 2, 0, 1], [0, 1, 2, 0, 1]],
+    "act": [[0, 0, 2, 0, 2], [0, 0, 2, 4, 0], [0, 0, 2, 4, 0]],
+    "rew": [[0, 0, 2, 0, 2], [0, 0, 2, 4, 0], [0, 0, 2, 4, 0]],
+    "fin": [[1, 0, 1, 0, 1], [1, 0, 0, 1, 0], [1, 0, 0, 1, 0]],
+    "truncated": [[0] * 5, [0, 0, 0, 1, 0], [0] * 5],
+    "final": [[0, 1, 2, 101, 102], [0, 1, 2, 3, 101], [0, 1, 2, 3, 101]],
+    "ret": [[0, 0, 2, 0, 2], [0, 0, 0, 6, 0], [0, 0, 0, 6, 0]],
+    "length": [[0, 0, 2, 0, 2], [0, 0, 0, 3, 0], [0, 0, 0, 3, 0]],
+    "env_t": [[1, 2, 1, 2], [1, 2, 3, 1], [1, 2, 3, 1]],
+    "mask_t": [[1, 1, 1, 1]] * 3,
+    "env_done": [[0, 1, 0, 1], [0, 0, 1, 0], [0, 0, 1, 0]],
+    "mask_done": [[0, 1, 0, 1], [0, 0, 1, 0], [0, 0, 1, 0]],
+}
+FIRST_RESETS = [[True, False, False], [False, True, True],
+                [True, False, False]]
+
+SECOND = {
+    "obs": [[200, 201, 300, 301, 400], [101, 102, 200, 201, 202],
+            [101, 102, 200, 201, 202]],
+    "stepno": [[0, 1, 0, 1, 0], [1, 2, 0, 1, 2], [1, 2, 0, 1, 2]],
+    "act": [[2, 0, 2, 0, 2], [0, 2, 4, 0, 2], [0, 2, 4, 0, 2]],
+    "rew": [[2, 0, 2, 0, 2], [0, 2, 4, 0, 2], [0, 2, 4, 0, 2]],
+    "fin": [[1, 0, 1, 0, 1], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]],
+    "truncated": [[0] * 5, [0, 0, 1, 0, 0], [0] * 5],
+    "final": [[102, 201, 202, 301, 302], [101, 102, 103, 201, 202],
+              [101, 102, 103, 201, 202]],
+    "ret": [[2, 0, 2, 0, 2], [0, 0, 6, 0, 0], [0, 0, 6, 0, 0]],
+    "length": [[2, 0, 2, 0, 2], [0, 0, 3, 0, 0], [0, 0, 3, 0, 0]],
+    "env_t": [[1, 2, 1, 2], [2, 3, 1, 2], [2, 3, 1, 2]],
+    "mask_t": [[1, 1, 1, 1]] * 3,
+    # zero where absent, although the reused buffer held 1.0 there before
+    "env_done": [[0, 1, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0]],
+    "mask_done": [[0, 1, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0]],
+}
+SECOND_RESETS = [[True, True, True], [True, False, False]]
+
+
+@pytest.fixture(scope="module")
+def worked():
+    return run(CONFIGS, 4, 2)
+
+
+def test_worked_example_first_fragment(worked):
+    fragment, resets = worked[0]
+    check_fragment(fragment, FIRST)
+    assert resets == FIRST_RESETS
+
+
+def test_worked_example_second_fragment(worked):
+    fragment, resets = worked[1]
+    check_fragment(fragment, SECOND)
+    assert resets == SECOND_RESETS
+
+
+def test_episode_ending_at_row_zero(worked):
+    # env 0 ended at row T of the first fragment: row 0 of the second holds
+    # that end (fin, the reset observation, the true final observation,
+    # the statistics), but episode_stats counts it in the first only
+    first, second = worked[0][0], worked[1][0]
+    assert second.state.fin[0, 0] and second.state.obs[0, 0, 0] == 200
+    assert second.final[0, 0, 0] == 102 and second.stats.ret[0, 0] == 2
+    returns, lengths = episode_stats(first)
+    assert returns.tolist() == [2, 6, 6, 2] and lengths.tolist() == \
+        [2, 3, 3, 2]
+    returns, lengths = episode_stats(second)
+    assert returns.tolist() == [2, 6, 6, 2] and lengths.tolist() == \
+        [2, 3, 3, 2]
+
+
+def test_row_T_is_row_0_of_the_next_fragment(worked):
+    (first, _), (second, _) = worked
+    for a, b in zip(flatten((first.state, first.truncated, first.final,
+                             first.stats)),
+                    flatten((second.state, second.truncated, second.final,
+                             second.stats))):
+        np.testing.assert_array_equal(a[-1], b[0])
+
+
+def test_actor_info_rows_and_lookahead(worked):
+    for fragment, _ in worked:
+        info = fragment.actor
+        # row t of `actor` is what the actor computed on row t of `state`
+        np.testing.assert_array_equal(info["obs"], fragment.state.obs[..., 0])
+        np.testing.assert_array_equal(info["stepno"], fragment.state.stepno)
+        np.testing.assert_array_equal(info["fin"], fragment.state.fin)
+        # row T comes from the virtual lookahead, the others from real steps
+        assert info["virtual"][:-1].sum() == 0 and info["virtual"][-1].all()
+
+
+def test_hx_is_reset_exactly_where_episodes_end(worked):
+    # hx counts steps since its last reset: equal to stepno everywhere iff
+    # it was reset at every episode end and nowhere else
+    for fragment, resets in worked:
+        np.testing.assert_array_equal(fragment.actor["hx"],
+                                      fragment.state.stepno)
+        ended = [row.tolist() for row in fragment.state.fin[1:] if row.any()]
+        assert resets == ended
+
+
+def test_hx_at_row_zero(worked):
+    for fragment, _ in worked:
+        assert fragment.hx.shape == (1, 3, 1)
+        np.testing.assert_array_equal(fragment.hx[0, :, 0],
+                                      fragment.state.stepno[0])
+    assert worked[1][0].hx[0, :, 0].tolist() == [0, 1, 1]
+
+
+def test_meta(worked):
+    for k, (fragment, _) in enumerate(worked):
+        assert fragment.meta.version.tolist() == [10 + k] * 3
+        assert fragment.meta.seq.tolist() == [k] * 3
+        assert fragment.meta.worker.tolist() == [0] * 3
+        assert fragment.meta.env.tolist() == [0, 1, 2]
+
+
+def test_meta_worker_and_env_ids():
+    envs = [CountingEnv(), CountingEnv()]
+    actor = Recorder()
+    buffer = prepare(envs[0], actor, 2, 2)
+    ctx = startup(envs, actor, buffer, worker=3, env_ids=[6, 7])
+    collect(actor, buffer, ctx)
+    assert buffer.npy.meta.worker.tolist() == [3, 3]
+    assert buffer.npy.meta.env.tolist() == [6, 7]
+    assert buffer.npy.meta.version.tolist() == [0, 0]
+
+
+def test_first_row_of_the_first_fragment(worked):
+    fragment = worked[0][0]
+    assert fragment.state.fin[0].all() and not fragment.truncated[0].any()
+    assert not fragment.state.act[0].any() and not fragment.state.rew[0].any()
+    assert not fragment.state.stepno[0].any()
+    np.testing.assert_array_equal(fragment.final[0], fragment.state.obs[0])
+    assert not fragment.stats.ret[0].any()
+
+
+def test_dtypes_and_shapes(worked):
+    fragment = worked[0][0]
+    assert isinstance(fragment, Fragment)
+    T1, B = 5, 3
+    assert fragment.state.stepno.shape == (T1, B)
+    assert fragment.state.stepno.dtype == np.int64
+    assert fragment.state.obs.shape == (T1, B, 1)
+    assert fragment.state.obs.dtype == np.float32
+    assert fragment.state.act.dtype == np.int64
+    assert fragment.state.rew.dtype == np.float32
+    assert fragment.state.fin.dtype == bool
+    assert fragment.truncated.dtype == bool
+    assert fragment.final.shape == (T1, B, 1)
+    assert fragment.env["t"].shape == (T1 - 1, B)
+    assert fragment.env["t"].dtype == np.int64
+    assert fragment.env["done"].dtype == np.float32
+    assert fragment.env_mask["done"].dtype == bool
+    assert fragment.stats.ret.dtype == np.float64
+    assert fragment.stats.length.dtype == np.int64
+    assert fragment.meta.version.shape == (B,)
+    assert fragment.actor["virtual"].dtype == bool
+
+
+def test_torch_and_numpy_views_are_one_memory():
+    envs = [CountingEnv(term_every=2)]
+    actor = Recorder()
+    buffer = prepare(envs[0], actor, 3, 1, env_info=ENV_INFO)
+    collect(actor, buffer, startup(envs, actor, buffer))
+    for array, tensor in zip(flatten(buffer.npy), flatten(buffer.pyt)):
+        assert isinstance(tensor, torch.Tensor)
+        np.testing.assert_array_equal(array, tensor.numpy())
+        assert array.ctypes.data == tensor.data_ptr()
+
+
+# -- sticky ------------------------------------------------------------------
+
+STICKY_FIRST = {
+    "obs": [[0, 1, 100, 100, 100], [0, 1, 2, 100, 100], [0, 1, 2, 100, 100]],
+    "stepno": [[0, 1, 0, 0, 0], [0, 1, 2, 0, 0], [0, 1, 2, 0, 0]],
+    "act": [[0, 0, 2, 2, 2], [0, 0, 2, 4, 4], [0, 0, 2, 4, 4]],
+    "rew": [[0, 0, 2, 0, 0], [0, 0, 2, 4, 0], [0, 0, 2, 4, 0]],
+    "fin": [[1, 0, 1, 1, 1], [1, 0, 0, 1, 1], [1, 0, 0, 1, 1]],
+    "truncated": [[0] * 5, [0, 0, 0, 1, 0], [0] * 5],
+    "final": [[0, 1, 2, 2, 2], [0, 1, 2, 3, 3], [0, 1, 2, 3, 3]],
+    "ret": [[0, 0, 2, 0, 0], [0, 0, 0, 6, 0], [0, 0, 0, 6, 0]],
+    "length": [[0, 0, 2, 0, 0], [0, 0, 0, 3, 0], [0, 0, 0, 3, 0]],
+    "env_t": [[1, 2, 0, 0], [1, 2, 3, 0], [1, 2, 3, 0]],
+    "mask_t": [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]],
+    "env_done": [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0]],
+    "mask_done": [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0]],
+}
+STICKY_FIRST_RESETS = [[True, False, False], [True, True, True],
+                       [True, True, True]]
+
+STICKY_SECOND = {
+    "obs": [[100, 101, 200, 200, 200], [100, 101, 102, 200, 200],
+            [100, 101, 102, 200, 200]],
+    "stepno": [[0, 1, 0, 0, 0], [0, 1, 2, 0, 0], [0, 1, 2, 0, 0]],
+    "act": [[2, 0, 2, 2, 2], [4, 0, 2, 4, 4], [4, 0, 2, 4, 4]],
+    "rew": [[0, 0, 2, 0, 0], [0, 0, 2, 4, 0], [0, 0, 2, 4, 0]],
+    "fin": [[1, 0, 1, 1, 1], [1, 0, 0, 1, 1], [1, 0, 0, 1, 1]],
+    "truncated": [[0] * 5, [0, 0, 0, 1, 0], [0] * 5],
+    "final": [[2, 101, 102, 102, 102], [3, 101, 102, 103, 103],
+              [3, 101, 102, 103, 103]],
+    "ret": [[0, 0, 2, 0, 0], [0, 0, 0, 6, 0], [0, 0, 0, 6, 0]],
+    "length": [[0, 0, 2, 0, 0], [0, 0, 0, 3, 0], [0, 0, 0, 3, 0]],
+}
+
+
+@pytest.fixture(scope="module")
+def sticky():
+    return run(CONFIGS, 4, 2, sticky=True)
+
+
+def test_sticky_first_fragment(sticky):
+    fragment, resets = sticky[0]
+    check_fragment(fragment, STICKY_FIRST)
+    assert resets == STICKY_FIRST_RESETS
+
+
+def test_sticky_second_fragment_carries_on_from_the_reset(sticky):
+    fragment, _ = sticky[1]
+    check_fragment(fragment, STICKY_SECOND)
+    np.testing.assert_array_equal(fragment.state.obs[0],
+                                  sticky[0][0].state.obs[-1])
+
+
+def test_sticky_frozen_rows_and_actor(sticky):
+    for fragment, resets in sticky:
+        # the actor saw the frozen rows, and its hx was reset at each one
+        np.testing.assert_array_equal(fragment.actor["obs"],
+                                      fragment.state.obs[..., 0])
+        np.testing.assert_array_equal(fragment.actor["hx"],
+                                      fragment.state.stepno)
+        assert resets == [row.tolist() for row in fragment.state.fin[1:]
+                          if row.any()]
+    returns, lengths = episode_stats(sticky[0][0])
+    assert returns.tolist() == [2, 6, 6] and lengths.tolist() == [2, 3, 3]
+
+
+def test_sticky_off_steps_through(worked, sticky):
+    # the same first two rows either way; only sticky freezes after an end
+    for name in ("obs", "act", "rew"):
+        a = getattr(worked[0][0].state, name)[:3, 0]
+        b = getattr(sticky[0][0].state, name)[:3, 0]
+        np.testing.assert_array_equal(a, b)
+    assert worked[0][0].state.obs[3, 0, 0] == 101
+    assert sticky[0][0].state.obs[3, 0, 0] == 100
+
+
+# -- an independent model on many configurations ------------------------------
+
+def simulate(configs, n_steps, n_fragments, sticky=False):
+    """The expected fragments, from the layout table, per env and row."""
+    n_envs, T = len(configs), n_steps
+    counters = [{"t": 0, "ep": 0} for _ in configs]
+    zero = {"stepno": 0, "obs": 0, "act": 0, "rew": 0, "fin": 1,
+            "truncated": 0, "final": 0, "ret": 0, "length": 0}
+    last = [dict(zero) for _ in configs]
+    running = [[0, 0] for _ in configs]
+    hx = [0] * n_envs
+    fragments = []
+    for _ in range(n_fragments):
+        rows = [last]
+        env = {name: [[0] * T for _ in configs]
+               for name in ("env_t", "mask_t", "env_done", "mask_done")}
+        hx_rows = [[0] * (T + 1) for _ in configs]
+        resets, frozen = [], [False] * n_envs
+        for t in range(T):
+            new = []
+            for j, (term_every, trunc_at) in enumerate(configs):
+                row = rows[t][j]
+                hx_rows[j][t] = hx[j]
+                hx[j] += 1
+                if frozen[j]:
+                    new.append(dict(row, rew=0, truncated=0, ret=0, length=0,
+                                    fin=1))
+                    continue
+                action = (row["obs"] + row["stepno"]) % 5
+                c = counters[j]
+                c["t"] += 1
+                obs = c["t"] + 100 * c["ep"]
+                if isinstance(term_every, tuple):  # cycling lengths
+                    term = c["t"] == term_every[c["ep"] % len(term_every)]
+                else:
+                    term = term_every is not None and \
+                        c["t"] % term_every == 0
+                trunc = trunc_at is not None and c["t"] >= trunc_at
+                running[j][0] += action
+                running[j][1] += 1
+                env["env_t"][j][t], env["mask_t"][j][t] = c["t"], 1
+                if term or trunc:
+                    env["env_done"][j][t], env["mask_done"][j][t] = 1, 1
+                    c["t"], c["ep"] = 0, c["ep"] + 1
+                    new.append({"stepno": 0, "obs": 100 * c["ep"],
+                                "act": action, "rew": action, "fin": 1,
+                                "truncated": int(trunc and not term),
+                                "final": obs, "ret": running[j][0],
+                                "length": running[j][1]})
+                    running[j] = [0, 0]
+                    frozen[j] = sticky
+                else:
+                    new.append({"stepno": row["stepno"] + 1, "obs": obs,
+                                "act": action, "rew": action, "fin": 0,
+                                "truncated": 0, "final": obs, "ret": 0,
+                                "length": 0})
+            ended = [bool(r["fin"]) for r in new]
+            for j in range(n_envs):
+                if ended[j]:
+                    hx[j] = 0
+            if any(ended):
+                resets.append(ended)
+            rows.append(new)
+        for j in range(n_envs):
+            hx_rows[j][T] = hx[j]
+        expected = {name: [[rows[t][j][name] for t in range(T + 1)]
+                           for j in range(n_envs)] for name in zero}
+        expected.update(env)
+        fragments.append((expected, hx_rows, resets))
+        last = rows[T]
+    return fragments
+
+
+MODEL_CASES = [
+    ([(2, None), (None, 3), (3, 3)], 4),
+    ([(1, None), (None, 1), (5, 2), (2, 5)], 3),
+    ([(3, None), (4, 6), (None, None), (7, 4)], 5),
+    ([(2, 2), (6, None)], 1),
+    ([(4, None), (None, 5), (3, 9)], 6),
+    # episode ends fall on different rows from fragment to fragment, so
+    # that frozen (sticky) rows land where the reused buffer held an end
+    ([((1, 3), None), ((2, 1, 4), 3), ((3, 5, 1), 4)], 3),
+    ([((4, 1, 2), None), ((2, 6), 5)], 4),
+]
+
+
+@pytest.mark.parametrize("sticky_", [False, True], ids=["plain", "sticky"])
+@pytest.mark.parametrize("configs, n_steps", MODEL_CASES)
+def test_fragments_match_the_model(configs, n_steps, sticky_):
+    n_fragments = 6
+    got = run(configs, n_steps, n_fragments, sticky=sticky_)
+    want = simulate(configs, n_steps, n_fragments, sticky=sticky_)
+    for k, ((fragment, resets), (expected, hx_rows, ended)) in enumerate(
+            zip(got, want)):
+        check_fragment(fragment, expected)
+        assert columns(fragment.actor["hx"]) == hx_rows, k
+        assert resets == ended, k
+        assert fragment.hx[0, :, 0].tolist() == [h[0] for h in hx_rows]
+
+
+def test_the_model_agrees_with_the_worked_example():
+    (first, _, first_resets), (second, _, second_resets) = simulate(
+        CONFIGS, 4, 2)
+    for name, rows in FIRST.items():
+        assert first[name] == rows, name
+    for name, rows in SECOND.items():
+        assert second[name] == rows, name
+    assert first_resets == FIRST_RESETS and second_resets == SECOND_RESETS
+    (sticky_first, _, sticky_resets), (sticky_second, _, _) = simulate(
+        CONFIGS, 4, 2, sticky=True)
+    for name, rows in STICKY_FIRST.items():
+        assert sticky_first[name] == rows, name
+    for name, rows in STICKY_SECOND.items():
+        assert sticky_second[name] == rows, name
+    assert sticky_resets == STICKY_FIRST_RESETS
+
+
+# -- options -----------------------------------------------------------------
+
+def test_without_final_observations_and_env_info():
+    fragment, _ = run([(2, None)], 3, 1, env_info=None, final=False)[0]
+    assert fragment.final is None
+    assert fragment.env == {} and fragment.env_mask == {}
+    assert columns(fragment.state.obs) == [[0, 1, 100, 101]]
+
+
+def test_nested_env_info_present_only_at_episode_ends():
+    spec = {"episode": {"r": 0.0, "l": 0}}
+    (first, _), (second, _) = run([(2, None), (None, 3)], 3, 2,
+                                  env_info=spec, env_cls=EpisodeInfoEnv)
+    # env 0: rewards 0, 2 then ends; env 1: rewards 0, 2, 4 then ends
+    assert set(first.env) == {"episode"}
+    assert first.env_mask["episode"].T.tolist() == [[0, 1, 0], [0, 0, 1]]
+    assert first.env["episode"]["r"].T.tolist() == [[0, 2, 0], [0, 0, 6]]
+    assert first.env["episode"]["l"].T.tolist() == [[0, 2, 0], [0, 0, 3]]
+    assert first.env["episode"]["l"].dtype == np.int64
+    assert second.env_mask["episode"].T.tolist() == [[1, 0, 1], [0, 0, 1]]
+    assert second.env["episode"]["r"].T.tolist() == [[2, 0, 2], [0, 0, 6]]
+    assert second.env["episode"]["l"].T.tolist() == [[2, 0, 2], [0, 0, 3]]
+
+
+# -- Dict observations and Tuple actions -------------------------------------
+
+class StructuredActor(BaseActorModule):
+    """Action (stepno % 3, [0.25, 0.5] * (pos[0] + 1)); reward therefore
+    ``stepno % 3 + 0.75 * (t + 1)``."""
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        scale = obs["pos"][..., :1] + 1
+        a1 = torch.tensor([0.25, 0.5]) * scale
+        return (stepno % 3, a1), (), {"flag": obs["flag"].clone()}
+
+    def reset(self, hx, at):
+        return hx
+
+
+def test_dict_observations_and_tuple_actions():
+    envs = [StructuredEnv(term_every=4), StructuredEnv(term_every=2)]
+    actor = StructuredActor()
+    buffer = prepare(envs[0], actor, 5, 2)
+    ctx = startup(envs, actor, buffer)
+    collect(actor, buffer, ctx)
+    npy = buffer.npy
+    obs, act = npy.state.obs, npy.state.act
+    assert set(obs) == {"pos", "flag", "pair"}
+    assert obs["flag"].dtype == np.int64 and obs["pair"][1].dtype == np.int8
+    assert act[0].dtype == np.int64 and act[1].shape == (6, 2, 2)
+    assert act[1].dtype == np.float32
+    assert npy.hx == ()
+    # env 0 counts t = 0 1 2 3 | 0 1, ending at row 4
+    assert obs["pos"][:, 0].tolist() == [[0, 0], [1, -1], [2, -2], [3, -3],
+                                         [0, 0], [1, -1]]
+    assert obs["flag"][:, 0].tolist() == [0, 1, 0, 1, 0, 1]
+    assert obs["pair"][0][:, 0].tolist() == [[0, 0], [1, 1], [2, 2], [0, 3],
+                                             [0, 0], [1, 1]]
+    assert obs["pair"][1][:, 0].tolist() == [[0, 0, 0], [1, 0, 0], [0, 1, 0],
+                                             [1, 1, 0], [0, 0, 0], [1, 0, 0]]
+    assert npy.state.fin[:, 0].tolist() == [1, 0, 0, 0, 1, 0]
+    # the true final observation of the episode that ended at row 4 (t = 4)
+    final = npy.final
+    assert final["pos"][4, 0].tolist() == [4, -4]
+    assert final["flag"][4, 0] == 0
+    assert final["pair"][0][4, 0].tolist() == [1, 0]
+    assert final["pair"][1][4, 0].tolist() == [0, 0, 1]
+    assert final["pos"][3, 0].tolist() == [3, -3]  # elsewhere, obs itself
+    # actions: a0 = stepno % 3 of the row before, a1 = [.25, .5] (t + 1)
+    assert act[0][:, 0].tolist() == [0, 0, 1, 2, 0, 0]
+    assert act[1][:, 0].tolist() == [[0, 0], [0.25, 0.5], [0.5, 1.0],
+                                     [0.75, 1.5], [1.0, 2.0], [0.25, 0.5]]
+    assert npy.state.rew[:, 0].tolist() == [0, 0.75, 2.5, 4.25, 3.0, 0.75]
+    # env 1 ends at rows 2 and 4
+    assert npy.state.fin[:, 1].tolist() == [1, 0, 1, 0, 1, 0]
+    assert final["pos"][2, 1].tolist() == [2, -2]
+    assert obs["pos"][2, 1].tolist() == [0, 0]
+    np.testing.assert_array_equal(npy.actor["flag"], obs["flag"])
+
+
+def test_dict_observations_sticky():
+    envs = [StructuredEnv(term_every=2)]
+    actor = StructuredActor()
+    buffer = prepare(envs[0], actor, 4, 1)
+    collect(actor, buffer, startup(envs, actor, buffer), sticky=True)
+    npy = buffer.npy
+    assert npy.state.obs["pos"][:, 0, 0].tolist() == [0, 1, 0, 0, 0]
+    assert npy.final["pos"][:, 0, 0].tolist() == [0, 1, 2, 2, 2]
+    assert npy.final["pair"][1][:, 0].tolist() == [[0, 0, 0], [1, 0, 0],
+                                                   [0, 1, 0], [0, 1, 0],
+                                                   [0, 1, 0]]
+    assert npy.state.act[1][:, 0].tolist() == [[0, 0], [0.25, 0.5],
+                                               [0.5, 1.0], [0.5, 1.0],
+                                               [0.5, 1.0]]
+    assert npy.state.rew[:, 0].tolist() == [0, 0.75, 2.5, 0, 0]
+
+
+# -- whole episodes ----------------------------------------------------------
+
+def test_evaluate_plays_whole_episodes():
+    from rlplay.engine.core import episode, evaluate
+
+    # every episode of CountingEnv(term_every=3) under Recorder: actions
+    # 0, 2, 4 (obs + stepno = 100 k + 2 t), so return 6 in 3 steps
+    envs = [CountingEnv(term_every=3), CountingEnv(term_every=3)]
+    returns, lengths = evaluate(envs, Recorder(), 3)
+    assert returns.tolist() == [6.0, 6.0, 6.0]
+    assert lengths.tolist() == [3, 3, 3]
+    assert returns.dtype == np.float64 and lengths.dtype == np.int64
+    # each env plays ceil(3 / 2) = 2 episodes
+    assert [env.n_episodes for env in envs] == [1, 1]
+    # a time limit counts as the end of an episode: actions 0, 2
+    returns, lengths = evaluate([CountingEnv()], Recorder(), 2, max_steps=2)
+    assert returns.tolist() == [2.0, 2.0] and lengths.tolist() == [2, 2]
+    assert episode(CountingEnv(trunc_at=4), Recorder()) == (0 + 2 + 4 + 1, 4)

@@ -1,0 +1,397 @@
+"""Bad input gets a clear exception: one test per case, through the
+same-process generator (and the core loops where that is the only way)."""
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from envs import CountingEnv, StructuredEnv, failing_factory
+from layout_envs import BadKeyEnv, BadShapeEnv, EpisodeInfoEnv, OldStepEnv
+from rlplay.engine import BaseActorModule
+from rlplay.engine.core import evaluate, prepare
+from rlplay.engine.nested import StructureError
+from rlplay.engine.rollout import same
+
+
+class Actor(BaseActorModule):
+    """A well-behaved actor for CountingEnv: action 1, hx of shape
+    (1, B, 4) (or ``()`` with ``recurrent=False``), info ``{"v": (1, B)}``."""
+
+    def __init__(self, recurrent=True):
+        super().__init__()
+        self.recurrent = recurrent
+
+    def action(self, fin, virtual):
+        return torch.ones(fin.shape, dtype=torch.int64)
+
+    def next_hx(self, hx, n_envs):
+        if not self.recurrent:
+            return ()
+        return torch.zeros(1, n_envs, 4) if hx is None else hx + 1
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return (self.action(fin, virtual), self.next_hx(hx, fin.shape[1]),
+                {"v": torch.zeros(fin.shape)})
+
+
+class StructuredOk(BaseActorModule):
+    """A well-behaved actor for StructuredEnv's Tuple action space."""
+
+    def action(self, fin):
+        return (torch.zeros(fin.shape, dtype=torch.int64),
+                torch.zeros(*fin.shape, 2))
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return self.action(fin), (), {}
+
+    def reset(self, hx, at):
+        return ()
+
+
+def rollout(factory, actor, n_steps=4, n_envs=2, n_batches=2, **kwargs):
+    with same.rollout(factory, actor, n_steps, n_envs, **kwargs) as feed:
+        for _ in range(n_batches):
+            next(feed)
+
+
+def test_the_fixtures_are_fine():
+    rollout(CountingEnv, Actor())
+    rollout(StructuredEnv, StructuredOk())
+
+
+# the factory
+
+def test_factory_not_callable():
+    with pytest.raises(TypeError, match="factory must be callable and return "
+                                        "a Gymnasium env, got str"):
+        rollout("CartPole-v1", Actor())
+
+
+def test_factory_raises():
+    with pytest.raises(RuntimeError, match="factory failed on purpose"):
+        rollout(failing_factory, Actor())
+
+
+def test_factory_returns_a_non_env():
+    with pytest.raises(TypeError, match=r"returned dict, which is not a "
+                                        r"Gymnasium env \(missing or invalid:"
+                                        r" \['reset', 'step', "
+                                        r"'observation_space', "
+                                        r"'action_space'\]\)"):
+        rollout(dict, Actor())
+
+
+# the actor's action
+
+def test_action_of_the_wrong_structure():
+    class TupleAction(Actor):
+        def action(self, fin, virtual):
+            return (super().action(fin, virtual),) * 2
+
+    with pytest.raises(TypeError, match=r"the actor's action \(second\) "
+                                        r"does not match the action space "
+                                        r"\(first\): at <root>: leaf of type "
+                                        r"Tensor vs tuple of length 2"):
+        rollout(CountingEnv, TupleAction())
+
+
+def test_action_missing_a_tuple_member():
+    class OneOfTwo(StructuredOk):
+        def action(self, fin):
+            return super().action(fin)[:1]
+
+    with pytest.raises(StructureError, match=r"action space \(first\): at "
+                                             r"<root>: tuple of length 2 vs "
+                                             r"tuple of length 1"):
+        rollout(StructuredEnv, OneOfTwo())
+
+
+def test_action_of_the_wrong_shape():
+    class Flat(Actor):
+        def action(self, fin, virtual):
+            return super().action(fin, virtual)[0]
+
+    with pytest.raises(ValueError, match=r"the actor returned an action of "
+                                         r"shape \(3,\), expected \(1, 3\)"):
+        rollout(CountingEnv, Flat(), n_envs=3)
+
+
+def test_action_of_the_wrong_shape_inside_a_tuple():
+    class Wide(StructuredOk):
+        def action(self, fin):
+            a0, a1 = super().action(fin)
+            return a0, torch.zeros(*fin.shape, 3)
+
+    with pytest.raises(ValueError, match=r"action of shape \(1, 2, 3\), "
+                                         r"expected \(1, 2, 2\)"):
+        rollout(StructuredEnv, Wide())
+
+
+def test_action_of_the_wrong_dtype():
+    class Floats(Actor):
+        def action(self, fin, virtual):
+            return super().action(fin, virtual).float()
+
+    with pytest.raises(TypeError, match=r"the actor returned an action of "
+                                        r"dtype torch.float32 for an action "
+                                        r"space of dtype torch.int64"):
+        rollout(CountingEnv, Floats())
+
+
+def test_action_not_a_tensor():
+    class Numpy(Actor):
+        def action(self, fin, virtual):
+            return np.ones(fin.shape, np.int64)
+
+    with pytest.raises(TypeError, match="the actor must return actions as "
+                                        "tensors, got ndarray"):
+        rollout(CountingEnv, Numpy())
+
+
+def test_wrong_action_only_in_real_steps():
+    # prepare() sees a virtual call only; collection checks a real one too
+    class Sneaky(Actor):
+        def action(self, fin, virtual):
+            action = super().action(fin, virtual)
+            return action if virtual else action[:, :1]
+
+    with pytest.raises(ValueError, match=r"action of shape \(1, 1\), "
+                                         r"expected \(1, 3\)"):
+        rollout(CountingEnv, Sneaky(), n_envs=3)
+
+
+# the actor's hx and info
+
+def test_hx_of_the_wrong_structure_from_step():
+    class Pair(Actor):
+        def next_hx(self, hx, n_envs):
+            if hx is None:
+                return torch.zeros(1, n_envs, 4)
+            return (hx, hx)
+
+    with pytest.raises(TypeError, match=r"the actor's hx from step\(\) "
+                                        r"\(second\) does not match the hx "
+                                        r"it was given \(first\): at "
+                                        r"<root>: leaf of type Tensor vs "
+                                        r"tuple of length 2"):
+        rollout(CountingEnv, Pair())
+
+
+def test_hx_with_a_missing_key_from_step():
+    class Keys(Actor):
+        def next_hx(self, hx, n_envs):
+            if hx is None:
+                return {"h": torch.zeros(1, n_envs, 4),
+                        "c": torch.zeros(1, n_envs, 4)}
+            return {"h": hx["h"]}
+
+    with pytest.raises(StructureError, match=r"hx from step\(\) \(second\) "
+                                             r"does not match the hx it was "
+                                             r"given \(first\): at <root>: "
+                                             r".*missing keys \['c'\]"):
+        rollout(CountingEnv, Keys())
+
+
+def test_hx_of_the_wrong_shape_from_step():
+    class Grows(Actor):
+        def next_hx(self, hx, n_envs):
+            if hx is None:
+                return torch.zeros(1, n_envs, 4)
+            return torch.zeros(1, n_envs, 5)
+
+    with pytest.raises(ValueError, match=r"the actor's hx from step\(\) holds "
+                                         r"\(1, 2, 5\) torch.float32, but the "
+                                         r"hx it was given holds \(1, 2, 4\) "
+                                         r"torch.float32"):
+        rollout(CountingEnv, Grows())
+
+
+def test_hx_that_reset_changes():
+    class BadReset(Actor):
+        def reset(self, hx, at):
+            return hx[0]
+
+    with pytest.raises(ValueError, match=r"hx from step\(\) holds \(1, 2, "
+                                         r"4\) torch.float32, but the hx that "
+                                         r"reset\(\) makes of it holds \(2, "
+                                         r"4\) torch.float32"):
+        rollout(CountingEnv, BadReset())
+
+
+def test_info_not_tensors():
+    class Floats(Actor):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            act, hx, _ = super().step(stepno, obs, act, rew, fin, hx=hx,
+                                      virtual=virtual)
+            return act, hx, {"v": 1.0}
+
+    with pytest.raises(ValueError, match=r"the actor's info must hold "
+                                         r"tensors of shape \(1, "
+                                         r"n_envs=2, \.\.\.\), got float"):
+        rollout(CountingEnv, Floats())
+
+
+def test_info_of_the_wrong_shape():
+    class Flat(Actor):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            act, hx, _ = super().step(stepno, obs, act, rew, fin, hx=hx,
+                                      virtual=virtual)
+            return act, hx, {"v": torch.zeros(fin.shape[1])}
+
+    with pytest.raises(ValueError, match=r"got \(2,\)"):
+        rollout(CountingEnv, Flat())
+
+
+# the env's observations
+
+def test_observation_of_the_wrong_shape_at_reset():
+    with pytest.raises(ValueError, match=r"env 0 reset\(\): the observation "
+                                         r"has shape \(2,\), its space says "
+                                         r"\(1,\)"):
+        rollout(functools.partial(BadShapeEnv, at=0), Actor())
+
+
+def test_observation_of_the_wrong_shape_mid_episode():
+    made = []
+
+    def factory():  # only the second env misbehaves, at its third step
+        made.append(None)
+        return BadShapeEnv(at=3 if len(made) == 2 else -1)
+
+    with pytest.raises(ValueError, match=r"env 1 step\(\): the observation "
+                                         r"has shape \(2,\), its space says "
+                                         r"\(1,\)"):
+        rollout(factory, Actor())
+
+
+def test_final_observation_of_the_wrong_shape():
+    # the observation that ends an episode goes to `final`, checked too
+    with pytest.raises(ValueError, match=r"env 0 step\(\): the observation "
+                                         r"has shape \(2,\)"):
+        rollout(functools.partial(BadShapeEnv, at=2, term_every=2), Actor())
+
+
+def test_observation_with_a_wrong_key_at_reset():
+    with pytest.raises(StructureError, match=r"env 0 reset\(\): the "
+                                             r"observation does not match "
+                                             r"the observation space: at "
+                                             r"<root>: dict with keys "
+                                             r"\['flag', 'pair', 'pos'\] vs "
+                                             r"dict with keys \['pos', "
+                                             r"'pair', 'speed'\] \(missing "
+                                             r"keys \['flag'\]; extra keys "
+                                             r"\['speed'\]\)"):
+        rollout(functools.partial(BadKeyEnv, at=0), StructuredOk())
+
+
+def test_observation_with_an_extra_key_mid_episode():
+    with pytest.raises(StructureError, match=r"env 0 step\(\): the "
+                                             r"observation does not match "
+                                             r"the observation space: .*"
+                                             r"extra keys \['speed'\]"):
+        rollout(functools.partial(BadKeyEnv, at=2, extra=True),
+                StructuredOk())
+
+
+def test_observation_of_the_wrong_shape_inside_a_dict():
+    class Wide(StructuredEnv):
+        def _obs(self):
+            obs = super()._obs()
+            obs["pos"] = np.zeros(3, np.float32)
+            return obs
+
+    with pytest.raises(ValueError, match=r"env 0 reset\(\): the observation "
+                                         r"has shape \(3,\), its space says "
+                                         r"\(2,\)"):
+        rollout(Wide, StructuredOk())
+
+
+def test_observation_container_where_the_space_has_a_leaf():
+    class Boxed(StructuredEnv):
+        def _obs(self):
+            obs = super()._obs()
+            obs["flag"] = {"value": obs["flag"]}
+            return obs
+
+    with pytest.raises(TypeError, match=r"at \['flag'\]: leaf of type "
+                                        r"ndarray vs dict with keys "
+                                        r"\['value'\]"):
+        rollout(Boxed, StructuredOk())
+
+
+# the env's API and info
+
+def test_step_with_the_old_gym_api():
+    with pytest.raises(TypeError, match=r"OldStepEnv.step\(\) must return "
+                                        r"\(obs, reward, terminated, "
+                                        r"truncated, info\) as in Gymnasium "
+                                        r"1.x, got tuple of length 4"):
+        rollout(OldStepEnv, Actor())
+
+
+def test_env_info_not_matching_its_spec():
+    with pytest.raises(TypeError, match=r"env info \['done'\] does not "
+                                        r"match its spec: at <root>: dict "
+                                        r"with keys \['flag'\] vs leaf of "
+                                        r"type float"):
+        rollout(functools.partial(CountingEnv, term_every=2), Actor(),
+                env_info={"done": {"flag": 0.0}})
+
+
+def test_env_info_missing_a_nested_key():
+    with pytest.raises(StructureError, match=r"env info \['episode'\] does "
+                                             r"not match its spec: at "
+                                             r"<root>: .*missing keys "
+                                             r"\['t'\]"):
+        rollout(functools.partial(EpisodeInfoEnv, term_every=2), Actor(),
+                env_info={"episode": {"r": 0.0, "l": 0, "t": 0.0}})
+
+
+# counts
+
+@pytest.mark.parametrize("n_steps", [0, -3])
+def test_n_steps_below_one(n_steps):
+    with pytest.raises(ValueError, match=f"n_steps must be at least 1, got "
+                                         f"{n_steps}"):
+        rollout(CountingEnv, Actor(), n_steps=n_steps)
+
+
+@pytest.mark.parametrize("n_envs", [0, -1])
+def test_n_envs_below_one(n_envs):
+    with pytest.raises(ValueError, match=f"n_envs must be at least 1, got "
+                                         f"{n_envs}"):
+        rollout(CountingEnv, Actor(), n_envs=n_envs)
+
+
+@pytest.mark.parametrize("name, value, type_name", [
+    ("n_steps", 2.0, "float"), ("n_steps", "4", "str"),
+    ("n_envs", 2.5, "float"), ("n_envs", True, "bool"),
+    ("n_envs", None, "NoneType")])
+def test_counts_must_be_ints(name, value, type_name):
+    made = []
+
+    def factory():
+        made.append(None)
+        return CountingEnv()
+
+    with pytest.raises(TypeError, match=f"{name} must be an int, got "
+                                        f"{type_name}"):
+        rollout(factory, Actor(), **{name: value})
+    assert made == []  # checked before any env is made
+
+
+def test_prepare_checks_counts():
+    with pytest.raises(ValueError, match="n_steps must be at least 1"):
+        prepare(CountingEnv(), Actor(), 0, 1)
+
+
+def test_evaluate_checks_n_episodes():
+    with pytest.raises(ValueError, match="n_episodes must be at least 1, "
+                                         "got 0"):
+        evaluate([CountingEnv()], Actor(), 0)
+    with pytest.raises(TypeError, match="n_episodes must be an int, got "
+                                        "float"):
+        evaluate([CountingEnv()], Actor(), 2.5)
+    with pytest.raises(ValueError, match="n_envs must be at least 1, got 0"):
+        evaluate([], Actor(), 1)
