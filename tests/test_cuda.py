@@ -1,0 +1,111 @@
+"""Delivery on a CUDA device and in page-locked memory, for same.rollout
+and multi.rollout.
+
+Without CUDA, asking for either fails up front with a clear RuntimeError
+(before any env or worker is made). With CUDA, batches arrive on the device
+or page-locked, and equal the host batches of the same run.
+"""
+import itertools
+from contextlib import closing
+
+import pytest
+import torch
+
+from rlplay.engine.nested import flatten
+from rlplay.engine.rollout import multi, same
+from test_multi import (ENV_INFO, CountingActor, assert_fragments_equal,
+                        mixed_factory, without_version)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs CUDA")
+without_cuda = pytest.mark.skipif(torch.cuda.is_available(),
+                                  reason="CUDA is available")
+
+
+def make_same(**kwargs):
+    return same.rollout(mixed_factory, CountingActor(), 5, 4, entropy=7,
+                        env_info=ENV_INFO, **kwargs)
+
+
+def make_multi(**kwargs):
+    # one worker, one fragment per batch: the same fragments in every run
+    return multi.rollout(mixed_factory, CountingActor(), 5, 1, 4, 2, 1,
+                         entropy=7, env_info=ENV_INFO, timeout=30.0,
+                         **kwargs)
+
+
+MAKERS = {"same": make_same, "multi": make_multi}
+
+
+@without_cuda
+@pytest.mark.parametrize("kwargs", [dict(device="cuda"), dict(pinned=True),
+                                    dict(device="cuda:0", pinned=True)],
+                         ids=["device", "pinned", "both"])
+@pytest.mark.parametrize("maker", list(MAKERS))
+def test_refused_up_front_without_cuda(maker, kwargs):
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        MAKERS[maker](**kwargs)
+
+
+def _compare_runs(maker, n_batches, check, **kwargs):
+    """Batches of a host run and of a run with ``kwargs``, side by side."""
+    host, other = MAKERS[maker](), MAKERS[maker](**kwargs)
+    with closing(host), closing(other):
+        for want, got in itertools.islice(zip(host, other), n_batches):
+            check(got)
+            got = type(got)(*[None if field is None else
+                              _to_cpu(field) for field in got])
+            assert_fragments_equal(without_version(got),
+                                   without_version(want))
+
+
+def _to_cpu(tree):
+    from rlplay.engine.nested import suply
+    return suply(lambda x: x.cpu(), tree)
+
+
+@needs_cuda
+@pytest.mark.parametrize("maker", list(MAKERS))
+def test_batches_on_the_device(maker):
+    def check(batch):
+        assert all(x.device.type == "cuda" for x in flatten(batch))
+
+    _compare_runs(maker, 6, check, device="cuda")
+
+
+@needs_cuda
+@pytest.mark.parametrize("maker", list(MAKERS))
+def test_batches_pinned(maker):
+    def check(batch):
+        assert all(x.device.type == "cpu" and x.is_pinned()
+                   for x in flatten(batch))
+
+    _compare_runs(maker, 6, check, pinned=True)
+
+
+@needs_cuda
+@pytest.mark.parametrize("maker", list(MAKERS))
+def test_device_copies_are_fresh(maker):
+    with closing(MAKERS[maker](device="cuda", copy=True)) as feed:
+        first, second = next(feed), next(feed)
+    assert first.state.obs.device.type == "cuda"
+    assert first.state.obs.data_ptr() != second.state.obs.data_ptr()
+
+
+@needs_cuda
+def test_multi_collates_on_the_device():
+    """Two workers, two fragments per batch, delivered on the device: each
+    slot is one worker's fragment (its envs, its sequence number)."""
+    B = 3
+    feed = multi.rollout(mixed_factory, CountingActor(), 5, 2, B, 4, 2,
+                         entropy=1, device="cuda", timeout=30.0)
+    with closing(feed):
+        for batch in itertools.islice(feed, 5):
+            assert batch.hx.device.type == "cuda"
+            meta = batch.meta
+            for s in range(2):
+                cols = slice(s * B, (s + 1) * B)
+                worker = int(meta.worker[s * B])
+                assert torch.equal(meta.env[cols].cpu(), torch.arange(
+                    worker * B, (worker + 1) * B))
+                assert torch.all(meta.seq[cols] == meta.seq[s * B])

@@ -1,0 +1,245 @@
+"""multi.rollout's fault matrix, under fork, forkserver and spawn.
+
+The factory raises (in the workers), ``reset`` raises, ``step`` raises, the
+actor raises, a worker calls ``os._exit(3)``, a worker is SIGKILLed from
+here, the consumer breaks out early and drops the rollout. Each case raises
+the right exception (faults after the first batch: within 5 s, the
+rollout's timeout) and leaves no child process (the autouse fixture of
+conftest.py checks). Plus: a segfault, a stalled env (a timeout is an error,
+never a silent end), closures shipped by cloudpickle under spawn.
+"""
+import functools
+import itertools
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from envs import CountingEnv, FaultyEnv, counting_factory
+from rlplay.engine import BaseActorModule
+from rlplay.engine.rollout import multi
+from rlplay.engine.utils import (RemoteTraceback, RolloutTimeout, WorkerDied,
+                                 WorkerError, get_context, preload_forkserver)
+from test_multi import CountingActor
+
+preload_forkserver(get_context("forkserver"), ("pytest", "envs", __name__))
+
+METHODS = ["fork", "forkserver", "spawn"]
+# the bound on reporting a fault after the first batch, and the rollout's
+# timeout; start-up gets far more (a spawned worker imports torch)
+BOUND = 5.0
+START = 120.0
+
+
+class ActorFailure(Exception):
+    """Raised by :class:`RaisingActor`."""
+
+
+class RaisingActor(CountingActor):
+    """Raises on its ``after + 1``-th real step (in a worker: its third
+    fragment of 4 steps)."""
+
+    def __init__(self, after=8):
+        super().__init__()
+        self.after, self.calls = after, 0
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        if not virtual:
+            self.calls += 1
+            if self.calls > self.after:
+                raise ActorFailure("actor failed on purpose")
+        return super().step(stepno, obs, act, rew, fin, hx=hx,
+                            virtual=virtual)
+
+
+def worker_only_failing_factory():
+    """Fails in a worker process, not in the learner (its probe env)."""
+    if multiprocessing.parent_process() is not None:
+        raise RuntimeError("factory failed on purpose")
+    return CountingEnv()
+
+
+class StallingEnv(CountingEnv):
+    """Stalls (sleeps for a minute) from step 6 on."""
+
+    def step(self, action):
+        if self.t >= 5:
+            time.sleep(60)
+        return super().step(action)
+
+
+def make(factory, actor=None, start_method="fork", **kwargs):
+    """Two workers of one env each (one under spawn, whose workers import
+    torch afresh), a pool of two buffers, one fragment per batch: a worker
+    needs a buffer handed back by the learner before its third fragment
+    (steps 9..12), so a fault at step 10 never comes before the first
+    batch."""
+    args = dict(timeout=BOUND, start_timeout=START, shutdown_timeout=2.0,
+                entropy=0, start_method=start_method)
+    args.update(kwargs)
+    n_actors = 1 if start_method == "spawn" else 2
+    return multi.rollout(factory, actor or CountingActor(), 4, n_actors, 1,
+                         2, 1, **args)
+
+
+def raises_within(feed, exc_type, bound=BOUND):
+    """Iterate until ``exc_type`` is raised, at most ``bound`` s later."""
+    tic = time.monotonic()
+    with pytest.raises(exc_type) as info:
+        for _ in range(100_000):
+            next(feed)
+    assert time.monotonic() - tic < bound
+    # a broken rollout stays broken, with the same error
+    with pytest.raises(exc_type) as again:
+        next(feed)
+    assert again.value is info.value
+    return info.value
+
+
+def check_worker_error(err, exc_type, message, where=None):
+    assert err.exc_type is exc_type
+    assert message in err.remote_message and message in str(err)
+    assert isinstance(err.__cause__, RemoteTraceback)
+    assert message in err.remote_traceback
+    assert err.worker in (0, 1)
+    if where is not None:
+        assert f"in {where}" in str(err)
+
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_factory_raises(start_method):
+    feed = make(worker_only_failing_factory, start_method=start_method)
+    with feed:
+        err = raises_within(feed, WorkerError, START)
+    check_worker_error(err, RuntimeError, "factory failed on purpose",
+                       "the factory")
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_reset_raises(start_method):
+    feed = make(functools.partial(FaultyEnv, "reset"),
+                start_method=start_method)
+    with feed:
+        err = raises_within(feed, WorkerError, START)
+    check_worker_error(err, RuntimeError, "reset failed on purpose", "reset")
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_step_raises(start_method):
+    feed = make(functools.partial(FaultyEnv, "step", at=10),
+                start_method=start_method)
+    with feed:
+        next(feed)
+        err = raises_within(feed, WorkerError)
+    check_worker_error(err, ValueError, "step failed on purpose", "collect")
+    assert "FaultyEnv" in err.remote_traceback or "envs.py" in \
+        err.remote_traceback
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_actor_raises(start_method):
+    feed = make(counting_factory, RaisingActor(), start_method=start_method)
+    with feed:
+        next(feed)
+        err = raises_within(feed, WorkerError)
+    check_worker_error(err, ActorFailure, "actor failed on purpose",
+                       "collect")
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_worker_exits(start_method):
+    feed = make(functools.partial(FaultyEnv, "exit", at=10),
+                start_method=start_method)
+    with feed:
+        next(feed)
+        err = raises_within(feed, WorkerDied)
+    assert err.exitcode == 3 and "exit code 3" in str(err)
+    assert err.worker in (0, 1)
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_worker_sigkilled(start_method):
+    feed = make(counting_factory, start_method=start_method)
+    with feed:
+        next(feed)
+        os.kill(feed.pids[0], signal.SIGKILL)
+        err = raises_within(feed, WorkerDied)
+    assert err.exitcode == -signal.SIGKILL and "SIGKILL" in str(err)
+    assert err.worker == 0
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_consumer_breaks_out_and_drops(start_method):
+    feed = make(counting_factory, start_method=start_method)
+    pids = feed.pids
+    for batch in feed:
+        break
+    assert batch.state.obs.shape == (5, 1, 1)
+    del feed  # no close(): dropping the rollout shuts it down
+    assert all(gone(pid) for pid in pids)
+
+
+def test_worker_segfaults():
+    # not forked from pytest, whose fault handler would print a traceback
+    feed = make(functools.partial(FaultyEnv, "segfault", at=10),
+                start_method="forkserver")
+    with feed:
+        next(feed)
+        err = raises_within(feed, WorkerDied)
+    assert err.exitcode == -signal.SIGSEGV and "SIGSEGV" in str(err)
+
+
+def test_stalled_env_times_out():
+    feed = make(StallingEnv, timeout=0.5, shutdown_timeout=0.5)
+    tic = time.monotonic()
+    with pytest.raises(RolloutTimeout, match="within 0.5 s"):
+        for _ in range(100):
+            next(feed)
+    # close() ended the stalled workers: stop, then SIGTERM after 0.5 s
+    assert all(gone(pid) for pid in feed.pids)
+    assert time.monotonic() - tic < 2 * BOUND
+
+
+def test_closures_under_spawn():
+    """A lambda factory and an actor class defined here travel by
+    cloudpickle; the actor works for two batches, then raises (the one
+    worker fills both buffers, then one more when the first batch hands one
+    back: 12 steps; the 13th needs the second batch's buffer)."""
+    term, limit = 3, 12
+
+    class LocalActor(BaseActorModule):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            if not virtual:
+                self.calls += 1
+                if self.calls > limit:
+                    raise KeyError("closure actor failed on purpose")
+            return (obs[..., 0].long() + term) % 5, (), {}
+
+        def reset(self, hx, at):
+            return ()
+
+    feed = make(lambda: CountingEnv(term_every=term), LocalActor(),
+                start_method="spawn")
+    with feed:
+        for batch in itertools.islice(feed, 2):
+            obs, act = batch.state.obs[:-1, :, 0], batch.state.act[1:]
+            assert torch.equal(act, (obs.long() + term) % 5)
+            assert batch.state.fin[1:].any()  # episodes of 3 steps
+        err = raises_within(feed, WorkerError)
+    assert err.exc_type is KeyError
+    assert "closure actor failed on purpose" in err.remote_message
