@@ -40,6 +40,7 @@ evaluator as it was (ask again, or close it), as with
 the order of :mod:`rlplay.engine.utils.worker`, interrupting an evaluation
 in progress after ``shutdown_timeout``.
 """
+import functools
 import time
 import weakref
 from collections import namedtuple
@@ -102,7 +103,7 @@ def _worker(conn, config):
                 return
             _, request = order
             stage = f"evaluation {request}"
-            version = config.params.load(actor, version)
+            version = config.params.load(actor, version, check=link.check)
             actor.eval()
             tic = time.perf_counter()
             returns, lengths = evaluate(
@@ -272,7 +273,8 @@ class Evaluator:
                                f"still outstanding: pick it up with poll() "
                                f"or result() before submitting again")
         self._guard(self._check_worker)
-        version = self.params.publish(actor)
+        version = self.params.publish(actor, check=functools.partial(
+            self._worker.check_alive, "the parameter lock"))
         self._requests += 1
         self._pending = version
         self._worker.send((_EVALUATE, self._requests))

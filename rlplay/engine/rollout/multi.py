@@ -102,7 +102,7 @@ from ..utils.mp import (POLL_INTERVAL, ErrorRecord, RolloutTimeout,
                         WorkerDied, describe_exitcode, get_context,
                         join_or_kill)
 from ..utils.params import SharedParams, cpu_copy, seed_worker
-from ..utils.pool import Segment, bounded_acquire, check_capacity, layout, \
+from ..utils.pool import Segment, check_capacity, layout, \
     views
 from ..utils.worker import (STOP, Cloudpickled, LearnerLink, WorkerProcess,
                             ignore_interrupts)
@@ -128,15 +128,6 @@ _READY, _BYE = "ready", "bye"
 _Config = namedtuple(
     "_Config", "index factory actor params segment spec stride n_buffers "
                "free entropy n_per_actor sticky")
-
-
-def _params_lock(params):
-    # SharedParams guards its tensors with the lock of its version counter,
-    # a multiprocessing RLock that publish() and load() take without a
-    # bound: a worker killed while loading would hang the learner's next
-    # publish(). Both sides take it here first, re-entered by the call,
-    # with a bounded wait that checks the other side is alive.
-    return params._version.get_lock()
 
 
 # ---------------------------------------------------------------- worker --
@@ -177,11 +168,7 @@ def _worker(conn, config):
 
 def _serve(link, actor, config, buffers, ctx, free):
     """Fill free buffers until told to stop (or the learner is gone)."""
-    lock, params, version = _params_lock(config.params), config.params, None
-
-    def learner_alive():
-        if not link.alive():
-            raise SystemExit("the learner is gone")
+    params, version = config.params, None
 
     while True:
         tic = time.perf_counter()
@@ -189,8 +176,7 @@ def _serve(link, actor, config, buffers, ctx, free):
         if index is None:
             return
         toc = time.perf_counter()
-        with bounded_acquire(lock, learner_alive, POLL_INTERVAL):
-            version = params.load(actor, version)
+        version = params.load(actor, version, check=link.check)
         collect(actor, buffers[index], ctx, sticky=config.sticky,
                 version=version)
         link.send((_READY, index, ctx.seq - 1, version, toc - tic,
@@ -295,9 +281,7 @@ class _Workers:
                 raise RolloutTimeout(f"the parameter lock was held for more "
                                      f"than {timeout} s by a live worker")
 
-        with bounded_acquire(_params_lock(self.params), check,
-                             POLL_INTERVAL):
-            return self.params.publish(actor)
+        return self.params.publish(actor, check=check)
 
     def give(self, indices):
         """Hand free buffers to the workers that hold the fewest."""

@@ -68,6 +68,7 @@ generator, or the interpreter's exit stops the worker in the order of
 ``SIGKILL``, close the pipe); the buffers are released with the generator
 (a batch the learner still holds keeps its own memory alive).
 """
+import functools
 import itertools
 import time
 import weakref
@@ -124,7 +125,7 @@ def _worker(conn, config):
         stage = "the factory"
         envs = make_envs(factory, seeds)
         stage = "start-up (reset, initial hx)"
-        version = config.params.load(actor)
+        version = config.params.load(actor, check=link.check)
         ctx = startup(envs, actor, buffers[0], seeds)
         for k in itertools.count():
             index = k % 2
@@ -138,7 +139,7 @@ def _worker(conn, config):
                 return
             waited = time.perf_counter() - tic
             stage = f"fragment {k}"
-            version = config.params.load(actor, version)
+            version = config.params.load(actor, version, check=link.check)
             tic = time.perf_counter()
             collect(actor, buffers[index], ctx, sticky=config.sticky,
                     version=version)
@@ -284,7 +285,8 @@ class Rollout:
             _, index, version, waited, elapsed = message
             assert index == k % 2 and version == max(k - 1, 0), message
             if k > 0:
-                self.params.publish(self.actor)
+                self.params.publish(self.actor, check=functools.partial(
+                    self._worker.check_alive, "the parameter lock"))
                 self._worker.send((_GO, self._held))
             self._held = index
             batch = self._deliver(self.buffers[index].pyt)

@@ -15,15 +15,22 @@ The actor's *code* travels separately (cloudpickled, so actors defined in a
 notebook work); only the tensors travel through shared memory, handed over
 with the worker's start arguments.
 """
+import contextlib
 import copy
 import random
+import time
 
 import numpy as np
 import torch
 
+from .mp import POLL_INTERVAL, RolloutTimeout
 from .packed import PackedTensors
 
-__all__ = ["SharedParams", "seed_worker", "cpu_copy"]
+__all__ = ["SharedParams", "bounded_acquire", "seed_worker", "cpu_copy",
+           "LOCK_TIMEOUT"]
+
+# the longest a lock is waited for when no liveness check is given (seconds)
+LOCK_TIMEOUT = 60.0
 
 
 def _tensors(module):
@@ -68,17 +75,22 @@ class SharedParams:
 
     @property
     def version(self):
-        with self._version.get_lock():
-            return self._version.value
+        # an aligned int64 read; taking the lock here could wait on a
+        # worker that died holding it
+        return self._version.value
 
     @torch.no_grad()
-    def publish(self, actor):
-        """Copy ``actor``'s tensors in, bump and return the version."""
+    def publish(self, actor, check=None):
+        """Copy ``actor``'s tensors in, bump and return the version.
+
+        ``check()`` is called every poll while the lock is held elsewhere
+        and should raise when the holder is dead (see :func:`bounded_acquire`).
+        """
         sources = _tensors(actor)
         if len(sources) != len(self.tensors):
             raise ValueError("the actor's parameters and buffers changed "
                              "since the rollout started")
-        with self._version.get_lock():
+        with bounded_acquire(self._version.get_lock(), check):
             for dst, src in zip(self.tensors, sources):
                 dst.copy_(src.detach())
             self._training.value = int(actor.training)
@@ -86,10 +98,12 @@ class SharedParams:
             return self._version.value
 
     @torch.no_grad()
-    def load(self, actor, known=None):
+    def load(self, actor, known=None, check=None):
         """Copy the shared tensors into ``actor`` unless its version is
-        ``known`` already; set its mode. Returns the version loaded."""
-        with self._version.get_lock():
+        ``known`` already; set its mode. Returns the version loaded.
+
+        ``check`` as in :meth:`publish`."""
+        with bounded_acquire(self._version.get_lock(), check):
             version = self._version.value
             if version != known:
                 for dst, src in zip(_tensors(actor), self.tensors):
@@ -98,6 +112,28 @@ class SharedParams:
         if actor.training != training:
             actor.train(training)
         return version
+
+
+@contextlib.contextmanager
+def bounded_acquire(lock, check=None, timeout=LOCK_TIMEOUT):
+    """Hold ``lock``, calling ``check()`` every poll while waiting for it.
+
+    A process killed while holding a ``multiprocessing`` lock never releases
+    it: ``check`` (which raises when the other side is dead) turns what
+    would be a hang into an error. Without ``check``, waiting longer than
+    ``timeout`` seconds raises :class:`RolloutTimeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while not lock.acquire(timeout=POLL_INTERVAL):
+        if check is not None:
+            check()
+        elif time.monotonic() > deadline:
+            raise RolloutTimeout(f"a shared lock was held for more than "
+                                 f"{timeout} s")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def seed_worker(seed_sequence):

@@ -50,7 +50,6 @@ __all__ = [
     "layout",
     "views",
     "Segment",
-    "bounded_acquire",
 ]
 
 # where POSIX shared memory lives on Linux (torch's shared tensors too)
@@ -355,19 +354,3 @@ class Segment:
 
 def _rebuild_segment(dup, nbytes):
     return Segment.attach(dup.detach(), nbytes)
-
-
-@contextlib.contextmanager
-def bounded_acquire(lock, check, poll=0.1):
-    """Hold ``lock``, calling ``check()`` every ``poll`` s while waiting.
-
-    A process killed while holding a ``multiprocessing`` lock never releases
-    it: ``check`` (which raises when the other side is dead) turns what
-    would be a hang into an error.
-    """
-    while not lock.acquire(timeout=poll):
-        check()
-    try:
-        yield
-    finally:
-        lock.release()

@@ -32,7 +32,8 @@ import signal
 
 import cloudpickle
 
-from .mp import POLL_INTERVAL, join_or_kill, recv
+from .mp import (POLL_INTERVAL, WorkerDied, describe_exitcode, join_or_kill,
+                 recv)
 
 __all__ = [
     "STOP",
@@ -154,6 +155,17 @@ class WorkerProcess:
             return self.recv(EXIT_TIMEOUT, what=what)
         return None
 
+    def check_alive(self, what="the worker"):
+        """Raise ``WorkerDied`` if the worker has exited; consumes nothing
+        (a liveness check for waits that are not on the pipe)."""
+        if not self.process.is_alive():
+            self.process.join(0)
+            raise WorkerDied(
+                f"worker 0 (pid {self.pid}) died with "
+                f"{describe_exitcode(self.process.exitcode)} while the "
+                f"learner waited for {what}",
+                exitcode=self.process.exitcode, worker=0)
+
     def close(self, timeout):
         """Stop the worker in the order of the module docstring."""
         if self.closed or os.getpid() != self._owner:
@@ -186,6 +198,12 @@ class LearnerLink:
     def alive(self):
         """Whether the learner seems alive (cheap; checked every poll)."""
         return os.getppid() == self.ppid
+
+    def check(self):
+        """Raise ``SystemExit`` if the learner is gone (a liveness check
+        for waits that are not on the pipe)."""
+        if not self.alive():
+            raise SystemExit("the learner is gone")
 
     def poll(self):
         """Whether an order (or the learner's end) is waiting, so that

@@ -1,0 +1,70 @@
+"""SharedParams: versions, modes, and no hang on a lock left by a dead
+process."""
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from rlplay.engine.utils import (RolloutTimeout, SharedParams, WorkerDied,
+                                 get_context)
+from rlplay.engine.utils.params import bounded_acquire
+
+
+def _hold_lock_and_die(params, conn):
+    params._version.get_lock().acquire()
+    conn.send("holding")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_publish_and_load_copy_tensors_mode_and_version():
+    ctx = get_context("fork")
+    learner, worker = nn.Linear(3, 2), nn.Linear(3, 2)
+    params = SharedParams(learner, ctx)
+    assert params.version == 0
+    with torch.no_grad():
+        learner.weight.fill_(2.0)
+    learner.eval()
+    assert params.publish(learner) == 1
+    assert params.load(worker) == 1
+    assert torch.equal(worker.weight, learner.weight)
+    assert not worker.training
+    with torch.no_grad():
+        worker.weight.zero_()
+    # a known version is not copied again
+    assert params.load(worker, known=1) == 1
+    assert float(worker.weight.detach().abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_publish_reports_a_holder_that_died_instead_of_hanging(start_method):
+    ctx = get_context(start_method)
+    params = SharedParams(nn.Linear(3, 2), ctx)
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=_hold_lock_and_die, args=(params, there))
+    proc.start()
+    try:
+        assert here.recv() == "holding"
+        proc.join(10)
+        assert proc.exitcode == -signal.SIGKILL
+
+        def check():
+            if not proc.is_alive():
+                raise WorkerDied("the holder died", exitcode=proc.exitcode)
+
+        with pytest.raises(WorkerDied):
+            params.publish(nn.Linear(3, 2), check=check)
+    finally:
+        proc.join(1)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def test_bounded_acquire_without_check_times_out():
+    lock = get_context("fork").Lock()
+    lock.acquire()
+    with pytest.raises(RolloutTimeout):
+        with bounded_acquire(lock, timeout=0.3):
+            pass
