@@ -288,6 +288,42 @@ class _Views:
         self.not_fin_like = [
             self.not_fin.reshape(-1, *[1] * (leaf.ndim - 2))
             for leaf in flatten(npy.state.obs)]
+        # the shape of a single-array observation of one env, for the
+        # inlined write in the loop (None for nested observations)
+        obs = npy.state.obs
+        self.obs_shape = obs.shape[2:] if isinstance(obs, np.ndarray) \
+            else None
+
+
+def _copier(dst):
+    """``copy(dst_row, src)``: ``copy_`` specialised to ``dst``'s layout.
+
+    A single tensor or a flat dict of tensors (the usual action and info)
+    is copied without walking the structure each step; the walk, with its
+    structure checks, stays for anything else. Once per fragment the loop
+    still checks the real structures (``_check_action``).
+    """
+    if isinstance(dst, torch.Tensor):
+        return lambda d, s: d.copy_(s)
+    if type(dst) is dict and not dst:
+        return _copy_nothing
+    if type(dst) is dict and all(isinstance(v, torch.Tensor)
+                                 for v in dst.values()):
+        return _copy_flat_dict
+    return copy_
+
+
+def _copy_nothing(dst, src):
+    if src:  # the actor's info grew a key: let the walk say where
+        copy_(dst, src)
+
+
+def _copy_flat_dict(dst, src):
+    if len(src) != len(dst):
+        copy_(dst, src)  # a mismatch: let the walk name it
+        return
+    for key, leaf in dst.items():
+        leaf.copy_(src[key])
 
 
 class Context:
@@ -446,6 +482,10 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
     fin_at = torch.zeros(len(envs), dtype=torch.bool)
     fin_np = fin_at.numpy()
     not_fin, not_fin_like = views.not_fin, views.not_fin_like
+    copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
+    obs_shape = views.obs_shape
+    # a feed-forward actor's hx is (): nothing to reset
+    stateless = type(hx) is tuple and not hx
 
     for t in range(T):
         act, hx_next, info = actor.step(*views.rows[t], hx=hx, virtual=False)
@@ -454,9 +494,10 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
             # per fragment, before copy_ could broadcast a wrong shape
             _check_action(act, views.rows[t + 1].act)
             _check_hx(hx_next, hx, "step()", "the hx it was given")
-        copy_(views.actor[t], info)
+            _check_info(info, len(envs))
+        copy_info(views.actor[t], info)
         row, row_next = views.state[t], views.state[t + 1]
-        copy_(views.rows[t + 1].act, act)
+        copy_act(views.rows[t + 1].act, act)
         stepno, stepno_next = row.stepno, row_next.stepno
         obs_next, act_next = row_next.obs, row_next.act
         rew_next, fin_next = row_next.rew, row_next.fin
@@ -471,10 +512,12 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
         truncated_next.fill(False)
         ret_next.fill(0)
         length_next.fill(0)
+        ended = False
 
         for j, env in enumerate(envs):
             if frozen[j]:
                 _freeze(row, row_next, views.final[t], final_next, j)
+                ended = True
                 continue
 
             result = env.step(act_next[j] if act_is_array
@@ -502,17 +545,26 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
                 fin_next[j] = True
                 stepno_next[j] = 0
                 frozen[j] = sticky
-            write_obs(obs_next, j, obs, "step()")
+                ended = True
+            # the common case inlined: an array of the declared shape
+            if type(obs) is np.ndarray and obs.shape == obs_shape:
+                obs_next[j] = obs
+            else:
+                write_obs(obs_next, j, obs, "step()")
 
         if has_final:
             # `final` is the observation itself where no episode ended
-            np.logical_not(fin_next, out=not_fin)
-            for (obs_leaf, final_leaf), where in zip(
-                    views.obs_final[t + 1], not_fin_like):
-                np.copyto(final_leaf, obs_leaf, where=where)
+            if ended:
+                np.logical_not(fin_next, out=not_fin)
+                for (obs_leaf, final_leaf), where in zip(
+                        views.obs_final[t + 1], not_fin_like):
+                    np.copyto(final_leaf, obs_leaf, where=where)
+            else:
+                for obs_leaf, final_leaf in views.obs_final[t + 1]:
+                    np.copyto(final_leaf, obs_leaf)
         hx = hx_next
-        np.copyto(fin_np, fin_next)
-        if fin_np.any():
+        if ended and not stateless:
+            np.copyto(fin_np, fin_next)
             hx = actor.reset(hx, fin_at.clone())
 
     _, _, info = actor.step(*views.rows[T], hx=hx, virtual=True)
