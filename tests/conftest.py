@@ -10,16 +10,32 @@ sys.path.insert(0, os.path.dirname(__file__))
 _PERSISTENT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
-def _children():
+def _direct_children(pid):
     pids = set()
-    for task in os.listdir("/proc/self/task"):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return pids
+    for task in tasks:
         try:
-            with open(f"/proc/self/task/{task}/children") as f:
-                pids.update(int(pid) for pid in f.read().split())
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids.update(int(child) for child in f.read().split())
         except OSError:
             pass
-    alive = {}
-    for pid in pids:
+    return pids
+
+
+def _children():
+    """Live descendants of this process, but for multiprocessing's own
+    helper processes; the workers a forkserver started for us are the
+    helper's children, so the walk goes on below it."""
+    direct = _direct_children(os.getpid())
+    alive, todo, seen = {}, list(direct), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -27,7 +43,11 @@ def _children():
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and not any(name in cmd for name in _PERSISTENT):
+        todo.extend(_direct_children(pid))
+        # a forkserver's children inherit its command line: only the
+        # helpers themselves (our direct children) are let off
+        helper = pid in direct and any(name in cmd for name in _PERSISTENT)
+        if state != "Z" and not helper:
             alive[pid] = cmd
     return alive
 

@@ -583,3 +583,14 @@ def test_evaluate_plays_whole_episodes():
     returns, lengths = evaluate([CountingEnv()], Recorder(), 2, max_steps=2)
     assert returns.tolist() == [2.0, 2.0] and lengths.tolist() == [2, 2]
     assert episode(CountingEnv(trunc_at=4), Recorder()) == (0 + 2 + 4 + 1, 4)
+
+
+def test_evaluate_handles_dict_observations_and_tuple_actions():
+    from rlplay.engine.core import evaluate
+
+    # StructuredActor's reward at step t is t % 3 + 0.75 (t + 1): over an
+    # episode of 4 steps 0.75 + 2.5 + 4.25 + 3.0
+    envs = [StructuredEnv(term_every=4), StructuredEnv(term_every=4)]
+    returns, lengths = evaluate(envs, StructuredActor(), 4)
+    assert lengths.tolist() == [4, 4, 4, 4]
+    assert returns.tolist() == [10.5, 10.5, 10.5, 10.5]

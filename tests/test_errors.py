@@ -395,3 +395,19 @@ def test_evaluate_checks_n_episodes():
         evaluate([CountingEnv()], Actor(), 2.5)
     with pytest.raises(ValueError, match="n_envs must be at least 1, got 0"):
         evaluate([], Actor(), 1)
+
+
+def test_actor_info_changing_keys_mid_run_names_them():
+    from contextlib import closing
+
+    from envs import counting_factory
+
+    class Shifty(BaseActorModule):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            key = "v" if virtual else "w"
+            return (torch.zeros(obs.shape[:2], dtype=torch.long), (),
+                    {key: torch.zeros(obs.shape[:2])})
+
+    with closing(same.rollout(counting_factory, Shifty(), 4, 2)) as feed:
+        with pytest.raises(StructureError, match=r"info.*'w'.*'v'|info.*'v'.*'w'"):
+            next(feed)

@@ -62,9 +62,13 @@ def test_publish_reports_a_holder_that_died_instead_of_hanging(start_method):
             proc.join()
 
 
-def test_bounded_acquire_without_check_times_out():
+@pytest.mark.parametrize("with_check", [False, True])
+def test_bounded_acquire_times_out_on_a_live_holder(with_check):
     lock = get_context("fork").Lock()
     lock.acquire()
+    checks = []
     with pytest.raises(RolloutTimeout):
-        with bounded_acquire(lock, timeout=0.3):
+        with bounded_acquire(lock, (lambda: checks.append(1)) if with_check else None,
+                             timeout=0.3):
             pass
+    assert bool(checks) == with_check

@@ -93,6 +93,27 @@ def test_equivalence_with_same(sticky, final):
         assert (have.meta.version == max(k - 1, 0)).all()
 
 
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_equivalence_with_same_for_a_sampling_actor(start_method):
+    # both draw the actor's samples from a torch stream seeded by `entropy`
+    # (same: its own stream; single: the worker's global generator)
+    policy = nn.Linear(1, 5)
+    nn.init.zeros_(policy.weight)  # uniform over the 5 actions
+    nn.init.zeros_(policy.bias)
+    actor = PolicyActor(policy)
+    kwargs = dict(entropy=99, copy=True)
+    with closing(same.rollout(factory_with_ends, actor, T, B,
+                              **kwargs)) as feed:
+        expected = list(itertools.islice(feed, 4))
+    with closing(single.rollout(factory_with_ends, actor, T, B,
+                                start_method=start_method, **kwargs)) as feed:
+        got = list(itertools.islice(feed, 4))
+    actions = torch.cat([batch.state.act[1:] for batch in got])
+    assert len(actions.unique()) > 2  # the actor really samples
+    for want, have in zip(expected, got):
+        assert leaves_equal(without_version(have), without_version(want))
+
+
 def test_equivalence_spawn_with_closures():
     # a lambda factory and an actor class defined here travel by value
     class LocalActor(BaseActorModule):

@@ -314,14 +314,21 @@ def _copier(dst):
 
 
 def _copy_nothing(dst, src):
-    if src:  # the actor's info grew a key: let the walk say where
-        copy_(dst, src)
+    if src:  # the actor's info grew a key
+        _check_structure_of("info", src, dst)
+
+
+def _check_structure_of(what, got, expected):
+    try:
+        check_structure(got, expected)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"the actor's {what} changed its structure since "
+                        f"the first call (now vs then): {exc}") from None
 
 
 def _copy_flat_dict(dst, src):
-    if len(src) != len(dst):
-        copy_(dst, src)  # a mismatch: let the walk name it
-        return
+    if src.keys() != dst.keys():
+        _check_structure_of("info", src, dst)
     for key, leaf in dst.items():
         leaf.copy_(src[key])
 
@@ -668,7 +675,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     quota = -(-n_episodes // n_envs)
     example = _state_example(envs[0])
     state = aliased(example, 1, n_envs)
-    row, obs_npy = state.pyt, state.npy.obs[0]
+    row, obs_npy = state.pyt, getitem(state.npy.obs, 0)
     write = _obs_writer(obs_npy)
     for j, env in enumerate(envs):
         seed = (None if seed_sequences is None

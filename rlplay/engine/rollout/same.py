@@ -9,7 +9,10 @@ Protocol::
 
 There is one buffer; the yielded fragment is a view of it and stays valid
 until the next ``next()`` (pass ``copy=True`` to get a fresh batch each time).
-The policy lag is zero: fragment ``k`` is collected with the parameters the
+The actor samples from a torch random stream of the rollout's own, seeded
+from ``entropy`` and swapped in around each collection, so the same
+``entropy`` repeats the same fragments and the caller's generator is left
+alone. The policy lag is zero: fragment ``k`` is collected with the parameters the
 actor has when ``next()`` is called, and ``meta.version`` records ``k``, the
 number of batches yielded before it. Errors in the factory, the envs or the
 actor are raised directly in the caller (a failed set-up closes the envs it
@@ -21,9 +24,10 @@ import torch
 
 from ..core import (Fragment, _check_counts, collect, episode_stats,
                     prepare, startup)
-from ..envs import close_envs, env_seed_sequences, make_envs
-from ..nested import suply
-from ..shared import check_device, copy_
+from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
+                    make_envs)
+from ..shared import Delivery
+from ..utils.params import torch_seed
 
 __all__ = ["rollout", "Rollout"]
 
@@ -41,37 +45,50 @@ class Rollout:
         The host buffer (numpy and torch views).
     stats : dict
         ``steps`` (env steps collected), ``batches``, ``time_collect``
-        (seconds spent collecting), ``steps_per_s``, and ``returns`` and
-        ``lengths`` of the episodes that ended in the last batch.
+        (seconds spent collecting), ``time_wall`` (seconds since the first
+        ``next()`` began), ``steps_per_s`` (``steps / time_wall``: what the
+        learner gets, training included), ``steps_per_s_collect``
+        (``steps / time_collect``), ``time_learner_wait`` (here equal to
+        ``time_collect``), ``time_worker_wait`` (0: no worker), and
+        ``returns`` and ``lengths`` of the episodes that ended in the last
+        batch.
     """
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
                  pinned=False, copy=False):
-        device = check_device(device, pinned)
-        on_cuda = device is not None and device.type == "cuda"
+        self.delivery = Delivery(device, pinned, copy)
         _check_counts(n_steps, n_envs)  # before any env is made
         seeds = env_seed_sequences(entropy, int(n_envs))
         self.envs = make_envs(factory, seeds)
-        self.actor, self.sticky, self.copy = actor, sticky, copy
+        self.actor, self.sticky = actor, sticky
         try:
-            self.buffer = prepare(self.envs[0], actor, n_steps, n_envs,
-                                  env_info=env_info, final=final,
-                                  pinned=pinned or on_cuda)
-            self.ctx = startup(self.envs, actor, self.buffer, seeds)
+            # sizing calls the actor virtually: keep that off every stream
+            with torch.random.fork_rng(devices=[]):
+                self.buffer = prepare(self.envs[0], actor, n_steps, n_envs,
+                                      env_info=env_info, final=final,
+                                      pinned=self.delivery.host_pinned)
+            # the actor samples from a torch stream of its own, seeded from
+            # the run's entropy exactly as a worker process seeds its
+            # global one, so that same and single collect the same data
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(torch_seed(
+                    collector_seed_sequence(entropy, 0)))
+                self.ctx = startup(self.envs, actor, self.buffer, seeds)
+                self._rng = torch.get_rng_state()
         except BaseException:
             try:
                 close_envs(self.envs)
             except Exception:  # noqa: BLE001 - the set-up error wins
                 pass
             raise
-        self.device = device if device is not None and device.type != "cpu" \
-            else None
-        self.batch = (None if self.device is None else suply(
-            lambda x: torch.empty_like(x, device=self.device),
-            self.buffer.pyt))
+        self.device = self.delivery.device
         self.stats = {"steps": 0, "batches": 0, "time_collect": 0.0,
-                      "steps_per_s": 0.0, "returns": None, "lengths": None}
+                      "time_wall": 0.0, "time_learner_wait": 0.0,
+                      "time_worker_wait": 0.0, "steps_per_s": 0.0,
+                      "steps_per_s_collect": 0.0, "returns": None,
+                      "lengths": None}
+        self._started = None
         self._closed = False
 
     def __iter__(self):
@@ -81,22 +98,28 @@ class Rollout:
         if self._closed:
             raise StopIteration
         tic = time.perf_counter()
-        collect(self.actor, self.buffer, self.ctx, sticky=self.sticky,
-                version=self.stats["batches"])
+        if self._started is None:
+            self._started = tic
+        self.delivery.wait()  # the buffer may still feed a device copy
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._rng)
+            collect(self.actor, self.buffer, self.ctx, sticky=self.sticky,
+                    version=self.stats["batches"])
+            self._rng = torch.get_rng_state()
+        toc = time.perf_counter()
         stats = self.stats
-        stats["time_collect"] += time.perf_counter() - tic
+        stats["time_collect"] += toc - tic
+        # in this process the learner waits for every fragment it gets
+        stats["time_learner_wait"] = stats["time_collect"]
+        stats["time_wall"] = toc - self._started
         T, B = self.buffer.npy.state.rew.shape
         stats["steps"] += (T - 1) * B
         stats["batches"] += 1
-        stats["steps_per_s"] = stats["steps"] / max(stats["time_collect"],
-                                                    1e-9)
+        stats["steps_per_s"] = stats["steps"] / max(stats["time_wall"], 1e-9)
+        stats["steps_per_s_collect"] = stats["steps"] / max(
+            stats["time_collect"], 1e-9)
         stats["returns"], stats["lengths"] = episode_stats(self.buffer.npy)
-        if self.batch is not None:
-            batch = copy_(self.batch, self.buffer.pyt, non_blocking=True)
-            return suply(torch.clone, batch) if self.copy else batch
-        if self.copy:
-            return suply(torch.clone, self.buffer.pyt)
-        return self.buffer.pyt
+        return self.delivery(self.buffer.pyt)
 
     def close(self):
         """Close the envs; later ``next()`` calls stop the iteration."""
@@ -129,11 +152,11 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
     n_envs : int
         ``B``, the envs stepped together.
     entropy : int, optional
-        Seeds the envs and their spaces reproducibly (see
-        :mod:`rlplay.engine.envs`). The actor runs in this process and
-        draws its randomness from this process's torch generator, which is
-        left alone: seed it (``torch.manual_seed``) for a sampling actor to
-        repeat its fragments too.
+        Seeds the run reproducibly: the envs and their spaces (see
+        :mod:`rlplay.engine.envs`) and a torch random stream of the
+        rollout's own, which the actor draws from while it collects (as a
+        worker of ``single.rollout`` seeded with the same ``entropy`` does);
+        the caller's global torch generator is left untouched.
     sticky : bool
         Freeze an env for the rest of a fragment once its episode ended.
     env_info : dict, optional

@@ -26,7 +26,8 @@ import torch
 from .mp import POLL_INTERVAL, RolloutTimeout
 from .packed import PackedTensors
 
-__all__ = ["SharedParams", "bounded_acquire", "seed_worker", "cpu_copy",
+__all__ = ["SharedParams", "bounded_acquire", "seed_worker", "torch_seed",
+           "cpu_copy",
            "LOCK_TIMEOUT"]
 
 # the longest a lock is waited for when no liveness check is given (seconds)
@@ -80,17 +81,19 @@ class SharedParams:
         return self._version.value
 
     @torch.no_grad()
-    def publish(self, actor, check=None):
+    def publish(self, actor, check=None, timeout=LOCK_TIMEOUT):
         """Copy ``actor``'s tensors in, bump and return the version.
 
         ``check()`` is called every poll while the lock is held elsewhere
-        and should raise when the holder is dead (see :func:`bounded_acquire`).
+        and should raise when the holder is dead; a live holder that keeps
+        it over ``timeout`` seconds raises :class:`RolloutTimeout` (see
+        :func:`bounded_acquire`).
         """
         sources = _tensors(actor)
         if len(sources) != len(self.tensors):
             raise ValueError("the actor's parameters and buffers changed "
                              "since the rollout started")
-        with bounded_acquire(self._version.get_lock(), check):
+        with bounded_acquire(self._version.get_lock(), check, timeout):
             for dst, src in zip(self.tensors, sources):
                 dst.copy_(src.detach())
             self._training.value = int(actor.training)
@@ -98,12 +101,12 @@ class SharedParams:
             return self._version.value
 
     @torch.no_grad()
-    def load(self, actor, known=None, check=None):
+    def load(self, actor, known=None, check=None, timeout=LOCK_TIMEOUT):
         """Copy the shared tensors into ``actor`` unless its version is
         ``known`` already; set its mode. Returns the version loaded.
 
-        ``check`` as in :meth:`publish`."""
-        with bounded_acquire(self._version.get_lock(), check):
+        ``check`` and ``timeout`` as in :meth:`publish`."""
+        with bounded_acquire(self._version.get_lock(), check, timeout):
             version = self._version.value
             if version != known:
                 for dst, src in zip(_tensors(actor), self.tensors):
@@ -120,20 +123,27 @@ def bounded_acquire(lock, check=None, timeout=LOCK_TIMEOUT):
 
     A process killed while holding a ``multiprocessing`` lock never releases
     it: ``check`` (which raises when the other side is dead) turns what
-    would be a hang into an error. Without ``check``, waiting longer than
-    ``timeout`` seconds raises :class:`RolloutTimeout`.
+    would be a hang into an error. A holder that lives but keeps the lock
+    longer than ``timeout`` seconds (stopped, stalled) raises
+    :class:`RolloutTimeout`.
     """
     deadline = time.monotonic() + timeout
     while not lock.acquire(timeout=POLL_INTERVAL):
         if check is not None:
             check()
-        elif time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             raise RolloutTimeout(f"a shared lock was held for more than "
-                                 f"{timeout} s")
+                                 f"{timeout} s by a live process")
     try:
         yield
     finally:
         lock.release()
+
+
+def torch_seed(seed_sequence):
+    """The torch seed of a collector with this ``SeedSequence``."""
+    state = seed_sequence.generate_state(2)
+    return int(state[0]) ^ (int(state[1]) << 32)
 
 
 def seed_worker(seed_sequence):
@@ -142,7 +152,7 @@ def seed_worker(seed_sequence):
     state = seed_sequence.generate_state(2)
     random.seed(int(state[0]))
     np.random.seed(int(state[1]) % 2**32)
-    torch.manual_seed(int(state[0]) ^ (int(state[1]) << 32))
+    torch.manual_seed(torch_seed(seed_sequence))
 
 
 def cpu_copy(actor):

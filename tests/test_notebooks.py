@@ -1,0 +1,177 @@
+"""Execute every notebook in ``notebooks/`` and check the result it prints.
+
+Each notebook ends by printing one line ``RESULT {json}``; the checks below
+read it from the executed notebook's outputs. The notebooks run on a kernel
+of this very interpreter (a kernel spec written to a temporary directory),
+so that they see the same environment as the tests whatever kernels are
+installed on the machine.
+
+The executions are marked ``notebooks``: ``pytest -m "not notebooks"``
+leaves them out. The structural checks (committed without outputs, only the
+public API imported) are cheap and always run.
+"""
+import ast
+import json
+import pathlib
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+
+NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+
+# bounds, generous on a slow CI machine: one cell, one notebook, kernel start
+CELL_TIMEOUT = 600
+NOTEBOOK_TIMEOUT = 900
+STARTUP_TIMEOUT = 120
+
+KERNEL_NAME = "rlplay-tests"
+RESULT_PREFIX = "RESULT "
+
+# modules a notebook may import from rlplay: the public API only
+PUBLIC_MODULES = {
+    "rlplay", "rlplay.engine", "rlplay.engine.rollout",
+    "rlplay.engine.rollout.same", "rlplay.engine.rollout.single",
+    "rlplay.engine.rollout.multi", "rlplay.engine.rollout.evaluate",
+}
+
+
+def _check_solved(result):
+    assert result["eval_return"] >= 450, (
+        f"the evaluation return is {result['eval_return']:.1f}, expected at "
+        f"least 450 on CartPole-v1")
+
+
+def _check_memory(result):
+    recurrent, feedforward = result["recurrent"], result["feedforward"]
+    assert recurrent >= feedforward + 50 and recurrent >= 1.5 * feedforward, (
+        f"the recurrent actor's return {recurrent:.1f} is not clearly above "
+        f"the feed-forward one's {feedforward:.1f} on the partially "
+        f"observed task")
+
+
+def _check_structured(result):
+    trained, untrained = result["trained_return"], result["untrained_return"]
+    assert trained >= untrained + 0.5, (
+        f"training did not clearly improve the greedy return: {trained:.2f} "
+        f"after, {untrained:.2f} before")
+
+
+CHECKS = {
+    "01_quickstart": _check_solved,
+    "02_double_buffered_ppo": _check_solved,
+    "03_many_actors_memory": _check_memory,
+    "04_structured_spaces": _check_structured,
+}
+
+
+def _ids(path):
+    return path.stem
+
+
+def test_notebooks_exist():
+    assert NOTEBOOKS, f"no notebooks found in {NOTEBOOK_DIR}"
+    # a renamed notebook must not lose its check silently
+    missing = sorted(set(CHECKS) - {path.stem for path in NOTEBOOKS})
+    assert not missing, f"checked notebooks not found: {missing}"
+
+
+def _rlplay_imports(source):
+    # drop IPython magics (%matplotlib ...) so that the cell parses
+    lines = [line for line in source.splitlines()
+             if not line.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+            names += [f"{node.module}.{alias.name}" for alias in node.names
+                      if f"{node.module}.{alias.name}" in PUBLIC_MODULES]
+        else:
+            continue
+        yield from (name for name in names
+                    if name == "rlplay" or name.startswith("rlplay."))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_is_clean(path):
+    """Committed without outputs, opens with markdown, imports only the
+    public API."""
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.cells and nb.cells[0].cell_type == "markdown", (
+        f"{path.name} must open with a markdown cell saying what it shows")
+    for k, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert not cell.outputs and cell.execution_count is None, (
+            f"{path.name}: cell {k} has outputs; commit notebooks without "
+            f"outputs")
+        private = [name for name in _rlplay_imports(cell.source)
+                   if name not in PUBLIC_MODULES]
+        assert not private, (
+            f"{path.name}: cell {k} imports {private}; notebooks use only "
+            f"{sorted(PUBLIC_MODULES)}")
+
+
+@pytest.fixture(scope="module")
+def kernel_spec_manager(tmp_path_factory):
+    """A kernel spec that runs this interpreter, in a private directory."""
+    kernels = tmp_path_factory.mktemp("kernels")
+    spec_dir = kernels / KERNEL_NAME
+    spec_dir.mkdir()
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher",
+                 "-f", "{connection_file}"],
+        "display_name": f"rlplay tests ({sys.executable})",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    return KernelSpecManager(kernel_dirs=[str(kernels)],
+                             ensure_native_kernel=False)
+
+
+def _result(nb, path):
+    """The JSON of the last ``RESULT`` line the notebook printed."""
+    found = None
+    for cell in nb.cells:
+        for output in cell.get("outputs", ()):
+            if output.get("output_type") != "stream" \
+                    or output.get("name") != "stdout":
+                continue
+            for line in output.get("text", "").splitlines():
+                if line.startswith(RESULT_PREFIX):
+                    found = line[len(RESULT_PREFIX):]
+    assert found is not None, (
+        f"{path.name} printed no line starting with {RESULT_PREFIX!r}")
+    return json.loads(found)
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_runs(path, kernel_spec_manager):
+    nb = nbformat.read(path, as_version=4)
+    km = AsyncKernelManager(kernel_name=KERNEL_NAME,
+                            kernel_spec_manager=kernel_spec_manager)
+    client = nbclient.NotebookClient(
+        nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=STARTUP_TIMEOUT,
+        resources={"metadata": {"path": str(path.parent)}})
+    # cleanup_kc: shut the kernel down at the end, even though the client
+    # does not own its manager; a failing cell raises CellExecutionError
+    # with the cell's traceback
+    client.execute(cleanup_kc=True)
+    result = _result(nb, path)
+    print(f"{path.stem}: {result}")
+    check = CHECKS.get(path.stem)
+    if check is not None:
+        check(result)
