@@ -1,5 +1,5 @@
-"""Delivery on a CUDA device and in page-locked memory, for same.rollout
-and multi.rollout.
+"""Delivery on a CUDA device and in page-locked memory, for same.rollout,
+single.rollout and multi.rollout.
 
 Without CUDA, asking for either fails up front with a clear RuntimeError
 (before any env or worker is made). With CUDA, batches arrive on the device
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlplay.engine.nested import flatten
-from rlplay.engine.rollout import multi, same
+from rlplay.engine.rollout import multi, same, single
 from test_multi import (ENV_INFO, CountingActor, assert_fragments_equal,
                         mixed_factory, without_version)
 
@@ -27,6 +27,11 @@ def make_same(**kwargs):
                         env_info=ENV_INFO, **kwargs)
 
 
+def make_single(**kwargs):
+    return single.rollout(mixed_factory, CountingActor(), 5, 4, entropy=7,
+                          env_info=ENV_INFO, timeout=30.0, **kwargs)
+
+
 def make_multi(**kwargs):
     # one worker, one fragment per batch: the same fragments in every run
     return multi.rollout(mixed_factory, CountingActor(), 5, 1, 4, 2, 1,
@@ -34,7 +39,7 @@ def make_multi(**kwargs):
                          **kwargs)
 
 
-MAKERS = {"same": make_same, "multi": make_multi}
+MAKERS = {"same": make_same, "single": make_single, "multi": make_multi}
 
 
 @without_cuda

@@ -4,6 +4,7 @@ import functools
 import gc
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -209,6 +210,49 @@ def test_bad_arguments():
     evaluator.close()
     with pytest.raises(RuntimeError, match="closed"):
         evaluator.submit(actor)
+
+
+def test_numpy_counts_are_accepted():
+    # as by core.evaluate and the rollouts
+    actor = ShiftActor()
+    with Evaluator(term4, actor, n_envs=np.int64(2),
+                   n_episodes=np.int64(3), start_method="fork") as evaluator:
+        evaluator.submit(actor)
+        assert evaluator.result(timeout=60).returns.shape == (3,)
+    with pytest.raises(TypeError, match="n_episodes must be an int"):
+        Evaluator(term4, actor, n_episodes=2.0)
+
+
+def test_death_while_publishing_closes_the_evaluator():
+    """The worker dies while submit() waits for the parameters' lock (held
+    here by another thread): the evaluator is closed, and says why again."""
+    actor = ShiftActor()
+    evaluator = Evaluator(term4, actor, start_method="fork")
+    lock = evaluator.params._version.get_lock()
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            held.set()
+            release.wait(BOUND)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        held.wait(BOUND)
+        killer = threading.Timer(
+            0.3, os.kill, (evaluator.pid, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(WorkerDied, match="the parameter lock") as info:
+            evaluator.submit(actor)
+        killer.join()
+    finally:
+        release.set()
+        holder.join()
+    with pytest.raises(WorkerDied) as again:
+        evaluator.poll()
+    assert again.value is info.value
+    assert not os.path.exists(f"/proc/{evaluator.pid}")  # joined, reaped
 
 
 def test_no_leaks():

@@ -211,6 +211,28 @@ def test_stalled_env_times_out():
     assert time.monotonic() - tic < 2 * BOUND
 
 
+class StalledEnv(CountingEnv):
+    """Stalls (sleeps for a minute) at its first step."""
+
+    def step(self, action):
+        time.sleep(60)
+        return super().step(action)
+
+
+# backstop: an unbounded first wait would sleep with the env
+@pytest.mark.timeout(30)
+def test_no_start_timeout_keeps_the_first_wait_bounded():
+    # start_timeout=None adds nothing to timeout: the first batch, which
+    # never forms, times out after `timeout` like any other
+    feed = make(StalledEnv, timeout=0.5, start_timeout=None,
+                shutdown_timeout=0.5)
+    tic = time.monotonic()
+    with pytest.raises(RolloutTimeout, match="within 0.5 s"):
+        next(feed)
+    assert time.monotonic() - tic < BOUND
+    feed.close()
+
+
 def test_closures_under_spawn():
     """A lambda factory and an actor class defined here travel by
     cloudpickle; the actor works for two batches, then raises (the one

@@ -72,3 +72,49 @@ def test_bounded_acquire_times_out_on_a_live_holder(with_check):
                              timeout=0.3):
             pass
     assert bool(checks) == with_check
+
+
+# ------------------------------------------------- the kit's shared helpers --
+
+def test_the_kit_reexports_its_public_names():
+    import rlplay.engine.utils as utils
+    from rlplay.engine.utils import pool, worker
+    for name in ("CapacityError", "Segment", "check_capacity", "layout",
+                 "views", "Field", "shm_free_bytes", "fd_limit", "open_fds"):
+        assert getattr(utils, name) is getattr(pool, name), name
+        assert name in utils.__all__, name
+    assert utils.start_worker is worker.start_worker
+
+
+def test_worker_died_names_the_worker_and_the_exit():
+    ctx = get_context("fork")
+    proc = ctx.Process(target=os._exit, args=(3,))
+    proc.start()
+    proc.join()
+    err = WorkerDied.of(proc, 2, "fragment 7")
+    assert (err.exitcode, err.worker) == (3, 2)
+    assert str(err) == (f"worker 2 (pid {proc.pid}) died with exit code 3 "
+                        f"while the learner waited for fragment 7")
+    proc.close()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(timeout=-1), "timeout must be None or a number of seconds of at "
+                       "least 0, got -1"),
+    (dict(start_timeout="1"), "start_timeout must be None or a number"),
+    (dict(shutdown_timeout=None), "shutdown_timeout must be a number of "
+                                  "seconds of at least 0, got None"),
+    (dict(timeout=float("nan")), "timeout must be None or a number"),
+])
+def test_check_timeouts(kwargs, match):
+    from rlplay.engine.utils import check_timeouts
+    with pytest.raises(ValueError, match=match):
+        check_timeouts(**kwargs)
+    check_timeouts(timeout=None, start_timeout=0, shutdown_timeout=1.5)
+
+
+def test_first_timeout_is_finite_for_a_finite_timeout():
+    from rlplay.engine.utils import first_timeout
+    assert first_timeout(2.0, None) == 2.0
+    assert first_timeout(2.0, 3.0) == 5.0
+    assert first_timeout(None, 3.0) is None

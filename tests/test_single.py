@@ -206,10 +206,37 @@ def test_stats():
         stats = feed.stats
     assert stats["batches"] == 3 and stats["steps"] == 3 * T * B
     assert len(stats["lengths"]) > 0
+    # the keys of same.rollout, with the same meanings
+    assert set(stats) == STATS_KEYS
     for key in ("time_collect", "time_learner_wait", "time_worker_wait",
-                "time_wall", "steps_per_s", "steps_per_s_wall"):
+                "time_wall", "steps_per_s", "steps_per_s_collect"):
         assert stats[key] >= 0.0, key
     assert stats["time_wall"] >= stats["time_learner_wait"]
+    assert stats["steps_per_s"] == pytest.approx(
+        stats["steps"] / stats["time_wall"])
+    assert stats["steps_per_s_collect"] == pytest.approx(
+        stats["steps"] / stats["time_collect"])
+
+
+STATS_KEYS = {"steps", "batches", "time_collect", "time_wall",
+              "time_learner_wait", "time_worker_wait", "steps_per_s",
+              "steps_per_s_collect", "returns", "lengths"}
+
+
+def test_same_reports_the_same_stats():
+    with closing(same.rollout(CountingEnv, RuleActor(), T, B)) as feed:
+        next(feed)
+        assert set(feed.stats) == STATS_KEYS
+
+
+def test_creating_a_rollout_leaves_the_learners_random_numbers_alone():
+    # sizing the buffers calls a sampling actor in this process
+    actor = PolicyActor(nn.Linear(1, 5))
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    single.rollout(CountingEnv, actor, T, B, start_method="fork").close()
+    assert torch.equal(torch.rand(1), expected)
 
 
 def test_bad_arguments_fail_up_front():
@@ -222,6 +249,8 @@ def test_bad_arguments_fail_up_front():
         single.rollout(CountingEnv, actor, T, B, start_method="telepathy")
     with pytest.raises(ValueError, match="timeout"):
         single.rollout(CountingEnv, actor, T, B, timeout=-1)
+    with pytest.raises(ValueError, match="shutdown_timeout must be a number"):
+        single.rollout(CountingEnv, actor, T, B, shutdown_timeout=None)
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):
             single.rollout(CountingEnv, actor, T, B, device="cuda")
@@ -293,8 +322,12 @@ def _cycle(i, start_method):
     del batch
 
 
+# 50 cycles under fork and forkserver (a worker forked from the running
+# server starts in milliseconds); spawn starts a fresh interpreter that
+# imports torch for every worker (seconds each, on a 2-core CI machine), so
+# fewer cycles there: enough for a leak per cycle to show
 @pytest.mark.parametrize("start_method, n_cycles",
-                         [("fork", 50), ("forkserver", 10)])
+                         [("fork", 50), ("forkserver", 50), ("spawn", 5)])
 def test_no_leaks(start_method, n_cycles):
     for i in range(3):  # warm-up: lazily made helpers, caches
         _cycle(i, start_method)

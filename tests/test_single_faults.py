@@ -228,6 +228,18 @@ def test_timeout(start_method):
     assert time.monotonic() - tic >= 0.5
 
 
+# backstop: an unbounded first wait would sleep with the env
+@pytest.mark.timeout(30)
+def test_no_start_timeout_keeps_the_first_wait_bounded():
+    # start_timeout=None adds nothing to timeout: fragment 0, which the
+    # worker never finishes, times out after `timeout` like any other
+    feed = make(functools.partial(HangingEnv, at=2), "fork", timeout=0.5,
+                start_timeout=None, shutdown_timeout=0.5)
+    tic = time.monotonic()
+    failure(feed, RolloutTimeout)
+    assert 0.5 <= time.monotonic() - tic < BOUND
+
+
 @pytest.mark.parametrize("start_method", METHODS)
 def test_break_early_and_close(start_method):
     with closing(make(counting_factory, start_method)) as feed:

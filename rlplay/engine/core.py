@@ -71,6 +71,7 @@ from .nested import (StructureError, check_structure, flatten, getitem,
 from .shared import Aliased, aliased, copy_, torchify
 
 __all__ = [
+    "check_count",
     "State",
     "Fragment",
     "Stats",
@@ -92,13 +93,26 @@ Fragment = namedtuple(
 Fragment.__doc__ = """A fragment of ``T`` steps of ``B`` envs; see :mod:`rlplay.engine.core`."""
 
 
+def check_count(name, value, minimum=1):
+    """Check that argument ``name`` is an int (numpy ints too, never a
+    bool) of at least ``minimum``.
+
+    Raises
+    ------
+    TypeError
+        Not an int.
+    ValueError
+        Too small; the message says what was given.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
 def _check_counts(n_steps, n_envs):
-    for name, value in (("n_steps", n_steps), ("n_envs", n_envs)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got "
-                            f"{type(value).__name__}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
+    check_count("n_steps", n_steps)
+    check_count("n_envs", n_envs)
 
 
 def _state_example(env):
@@ -665,12 +679,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     lengths : ndarray of int64, shape = (n_episodes,)
     """
     _check_counts(1, len(envs))
-    if isinstance(n_episodes, bool) or not isinstance(
-            n_episodes, (int, np.integer)):
-        raise TypeError(f"n_episodes must be an int, got "
-                        f"{type(n_episodes).__name__}")
-    if n_episodes < 1:
-        raise ValueError(f"n_episodes must be at least 1, got {n_episodes}")
+    check_count("n_episodes", n_episodes)
     n_envs = len(envs)
     quota = -(-n_episodes // n_envs)
     example = _state_example(envs[0])

@@ -36,7 +36,8 @@ worker exception is raised as :class:`WorkerError` (by the next
 :class:`WorkerDied`; either closes the evaluator and is raised again by
 every later call. A :class:`RolloutTimeout` from ``result`` leaves the
 evaluator as it was (ask again, or close it), as with
-:meth:`concurrent.futures.Future.result`. ``close()`` stops the worker in
+:meth:`concurrent.futures.Future.result`; one from ``submit`` (a live
+worker that kept the parameters' lock too long) closes it. ``close()`` stops the worker in
 the order of :mod:`rlplay.engine.utils.worker`, interrupting an evaluation
 in progress after ``shutdown_timeout``.
 """
@@ -45,14 +46,13 @@ import time
 import weakref
 from collections import namedtuple
 
-import torch
-
-from ..core import _check_counts, evaluate
+from ..core import _check_counts, check_count, evaluate
 from ..envs import (collector_seed_sequence, env_seed_sequences, make_envs,
                     seed_sequence)
 from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, SharedParams,
-                     WorkerProcess, cpu_copy, get_context, ignore_interrupts,
-                     seed_worker)
+                     WorkerProcess, check_timeouts, cpu_copy,
+                     first_timeout, get_context, start_worker)
+from ._base import Closing
 
 __all__ = ["Evaluator", "Evaluation", "EVAL_COLLECTOR", "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT"]
@@ -87,10 +87,9 @@ def _worker(conn, config):
     link = LearnerLink(conn)
     envs, stage = [], "start-up"
     try:
-        ignore_interrupts()
-        torch.set_num_threads(1)
-        seed_worker(collector_seed_sequence(config.entropy, EVAL_COLLECTOR))
-        factory, actor = config.factory.load(), config.actor.load()
+        factory, actor = start_worker(
+            collector_seed_sequence(config.entropy, EVAL_COLLECTOR),
+            config.factory, config.actor)
         seeds = env_seed_sequences(config.entropy, config.n_envs,
                                    EVAL_COLLECTOR)
         stage = "the factory"
@@ -125,7 +124,7 @@ def _worker(conn, config):
         link.close()
 
 
-class Evaluator:
+class Evaluator(Closing):
     """Evaluate the learner's actor in a worker process, on request.
 
     Parameters
@@ -148,10 +147,11 @@ class Evaluator:
         Cut episodes at this many steps.
     start_method : {'forkserver', 'spawn', 'fork'}, optional
     timeout : float or None
-        The default bound of :meth:`result` (``None``: as long as the
-        worker lives).
+        The default bound of :meth:`result` (``None``: no deadline, as
+        long as the worker lives).
     start_timeout : float or None
-        Added to the bound of the first :meth:`result`, for the start-up.
+        Added to the default bound of :meth:`result` until the first
+        result, for the start-up (``None`` adds nothing).
     shutdown_timeout : float
         How long :meth:`close` waits before terminating the worker.
 
@@ -186,14 +186,10 @@ class Evaluator:
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT):
         _check_counts(1, n_envs)
-        n_envs = int(n_envs)
-        if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) \
-                or n_episodes < 1:
-            raise ValueError(f"n_episodes must be an int of at least 1, got "
-                             f"{n_episodes!r}")
-        if shutdown_timeout is None or not shutdown_timeout >= 0:
-            raise ValueError(f"shutdown_timeout must be a number of seconds, "
-                             f"got {shutdown_timeout!r}")
+        check_count("n_episodes", n_episodes)  # as core.evaluate does
+        n_envs, n_episodes = int(n_envs), int(n_episodes)
+        check_timeouts(timeout=timeout, start_timeout=start_timeout,
+                       shutdown_timeout=shutdown_timeout)
         mp_ctx = get_context(start_method)
         entropy = seed_sequence(entropy)
         self.timeout, self.start_timeout = timeout, start_timeout
@@ -221,11 +217,12 @@ class Evaluator:
         if self._closed:
             raise RuntimeError("the evaluator is closed")
 
-    def _guard(self, call, *args):
-        # a worker error or death closes the evaluator; a timeout does not
+    def _guard(self, call, *args, keep_open=(TimeoutError,)):
+        # a worker error or death closes the evaluator; a timeout of
+        # result() does not (the request stays outstanding)
         try:
             return call(*args)
-        except (TimeoutError, KeyboardInterrupt):
+        except (*keep_open, KeyboardInterrupt):
             raise
         except BaseException as exc:
             if isinstance(exc, Exception):
@@ -265,7 +262,14 @@ class Evaluator:
             A request is still outstanding (pick it up with :meth:`poll` or
             :meth:`result` first), or the evaluator is closed.
         WorkerError, WorkerDied
-            The worker failed (say, in the factory) since the last call.
+            The worker failed (say, in the factory) since the last call,
+            or died holding the parameters' lock.
+        RolloutTimeout
+            The live worker held the parameters' lock too long.
+        ValueError
+            The actor's parameters and buffers changed in number.
+
+        Any of these but ``ValueError`` closes the evaluator.
         """
         self._check_open()
         if self._pending is not None:
@@ -273,12 +277,16 @@ class Evaluator:
                                f"still outstanding: pick it up with poll() "
                                f"or result() before submitting again")
         self._guard(self._check_worker)
-        version = self.params.publish(actor, check=functools.partial(
-            self._worker.check_alive, "the parameter lock"))
+        # a worker stuck on the lock cannot evaluate any more: close
+        version = self._guard(self._publish, actor, keep_open=(ValueError,))
         self._requests += 1
         self._pending = version
         self._worker.send((_EVALUATE, self._requests))
         return version
+
+    def _publish(self, actor):
+        return self.params.publish(actor, check=functools.partial(
+            self._worker.check_alive, "the parameter lock"))
 
     def _check_worker(self):
         # only an error record can arrive while nothing is outstanding
@@ -318,10 +326,8 @@ class Evaluator:
         if self._pending is None:
             raise RuntimeError("no evaluation was submitted")
         if timeout is None:
-            timeout = self.timeout
-            if self.stats["evaluations"] == 0 and timeout is not None \
-                    and self.start_timeout is not None:
-                timeout += self.start_timeout
+            timeout = (first_timeout(self.timeout, self.start_timeout)
+                       if self.stats["evaluations"] == 0 else self.timeout)
         return self._guard(self._receive, timeout)
 
     def close(self):
@@ -331,9 +337,3 @@ class Evaluator:
         self._closed = True
         self._finalizer()
         self.params = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

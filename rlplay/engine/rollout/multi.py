@@ -61,7 +61,8 @@ page-locked staging batch; it is reused, valid until the next ``next()``,
 unless ``copy=True``.
 
 Waits and errors: every wait of the learner is bounded (``timeout`` without
-news from any worker, ``start_timeout`` more for the first batch) and
+news from any worker, ``start_timeout`` more for the first batch;
+``timeout=None`` alone removes the bound) and
 watches every worker's sentinel, so a worker that dies without a word is
 reported at once as :class:`WorkerDied` with its exit code or signal (also
 when ``next()`` finds it dead, with fragments still to deliver); the lock of
@@ -93,19 +94,19 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..core import Fragment, collect, episode_stats, prepare, startup
+from ..core import Fragment, check_count, collect, episode_stats, startup
 from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
                     make_envs, seed_sequence)
 from ..nested import flatten, suply
-from ..shared import check_device, copy_
+from ..shared import Delivery
 from ..utils.mp import (POLL_INTERVAL, ErrorRecord, RolloutTimeout,
-                        WorkerDied, describe_exitcode, get_context,
-                        join_or_kill)
-from ..utils.params import SharedParams, cpu_copy, seed_worker
-from ..utils.pool import Segment, check_capacity, layout, \
-    views
+                        WorkerDied, check_timeouts,
+                        first_timeout, get_context, join_or_kill)
+from ..utils.params import LOCK_TIMEOUT, SharedParams, _tensors, cpu_copy
+from ..utils.pool import Segment, check_capacity, layout, views
 from ..utils.worker import (STOP, Cloudpickled, LearnerLink, WorkerProcess,
-                            ignore_interrupts)
+                            start_worker)
+from ._base import Generator, probe_layout
 
 __all__ = ["rollout", "Rollout", "TIMEOUT", "START_TIMEOUT",
            "SHUTDOWN_TIMEOUT"]
@@ -119,9 +120,6 @@ START_TIMEOUT = 60.0
 SHUTDOWN_TIMEOUT = 5.0
 # torch threads per worker: n_actors processes already share the cores
 WORKER_THREADS = 1
-# the collector index whose seeds make the learner's probe env (as in
-# single.rollout, far from any worker's index)
-PROBE_COLLECTOR = 2**31 - 1
 
 _READY, _BYE = "ready", "bye"
 
@@ -134,17 +132,16 @@ _Config = namedtuple(
 
 def _worker(conn, config):
     """Worker ``config.index``: the right-hand side of the protocol."""
-    ignore_interrupts()
     link = LearnerLink(conn)
     stage, envs, segment = "start-up", [], config.segment
     try:
-        torch.set_num_threads(WORKER_THREADS)
-        seed_worker(collector_seed_sequence(config.entropy, config.index))
-        actor = config.actor.load()
+        factory, actor = start_worker(
+            collector_seed_sequence(config.entropy, config.index),
+            config.factory, config.actor, WORKER_THREADS)
         stage = "the factory"
         seeds = env_seed_sequences(config.entropy, config.n_per_actor,
                                    config.index)
-        envs = make_envs(config.factory.load(), seeds)
+        envs = make_envs(factory, seeds)
         buffers = [views(segment.flat, config.spec, i * config.stride)
                    for i in range(config.n_buffers)]
         stage = "reset"
@@ -235,10 +232,7 @@ class _Workers:
     def _died(self, w, what):
         proc = self.workers[w].process
         proc.join(POLL_INTERVAL)  # its exit code, if it is on its way out
-        return WorkerDied(
-            f"worker {w} (pid {proc.pid}) died with "
-            f"{describe_exitcode(proc.exitcode)} while the learner waited "
-            f"for {what}", exitcode=proc.exitcode, worker=w)
+        return WorkerDied.of(proc, w, what)
 
     def _drain(self, w, what):
         """Handle every message worker ``w`` has sent so far."""
@@ -271,17 +265,15 @@ class _Workers:
         return len(self.ready) - received
 
     def publish(self, actor, timeout):
-        """Publish the actor's parameters; returns the new version."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Publish the actor's parameters; returns the new version.
 
-        def check():
-            # a worker killed while holding the lock never releases it
-            self.pump(0, "the parameter lock")
-            if deadline is not None and time.monotonic() > deadline:
-                raise RolloutTimeout(f"the parameter lock was held for more "
-                                     f"than {timeout} s by a live worker")
-
-        return self.params.publish(actor, check=check)
+        The lock is waited for at most ``timeout`` seconds
+        (:data:`LOCK_TIMEOUT` for ``None``: no live worker holds it longer
+        than one copy), reading the workers' news meanwhile: a worker
+        killed while holding the lock never releases it."""
+        return self.params.publish(
+            actor, check=partial(self.pump, 0, "the parameter lock"),
+            timeout=LOCK_TIMEOUT if timeout is None else timeout)
 
     def give(self, indices):
         """Hand free buffers to the workers that hold the fewest."""
@@ -377,19 +369,6 @@ class _Workers:
         self.params = None
 
 
-def _check_count(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-
-
-def _state_tensors(actor):
-    # what SharedParams shares: parameters and buffers
-    return [t for t in actor.state_dict(keep_vars=True).values()
-            if isinstance(t, torch.Tensor)]
-
-
 def _n_storages(params):
     # shared storages travel as one file descriptor each (empty ones as none)
     return len({t.untyped_storage().data_ptr() for t in flatten(params.tensors)
@@ -425,7 +404,7 @@ def _batch_like(template, dims, n_per_batch, pinned):
                       for field, dim in zip(template, dims)])
 
 
-class Rollout:
+class Rollout(Generator):
     """An endless iterator of batches collated from worker processes.
 
     Use :func:`rollout` to make one. It is a context manager, ``close()``
@@ -449,8 +428,12 @@ class Rollout:
         summed over workers, spent collecting the fragments received),
         ``time_collate`` (seconds spent copying fragments into batches),
         ``time_wall`` (seconds since the first ``next()`` began),
-        ``steps_per_s`` (``steps / time_wall``), ``returns`` and ``lengths``
-        of the episodes that ended in the last batch, and ``workers``: per
+        ``steps_per_s`` (``steps / time_wall``: what the learner gets,
+        training included), ``steps_per_s_collect`` (``steps /
+        time_collect``; ``time_collect`` being summed over the workers,
+        about the rate of one worker), ``returns``
+        and ``lengths`` of the episodes that ended in the last batch, and
+        ``workers``: per
         worker, fragments ``received`` by the learner, ``delivered``,
         ``dropped``, ``discarded`` (received, undelivered at close) and
         ``collected`` (the worker's own count, once it stopped cleanly).
@@ -462,12 +445,12 @@ class Rollout:
                  copy=False, max_lag=None, start_method=None,
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT):
-        device = check_device(device, pinned)
+        delivery = Delivery(device, pinned, copy)
         for name, value in (("n_steps", n_steps), ("n_actors", n_actors),
                             ("n_per_actor", n_per_actor),
                             ("n_buffers", n_buffers),
                             ("n_per_batch", n_per_batch)):
-            _check_count(name, value)
+            check_count(name, value)
         if n_buffers < n_per_batch:
             raise ValueError(
                 f"n_buffers={n_buffers} cannot form a batch of n_per_batch="
@@ -476,15 +459,9 @@ class Rollout:
                 f"{n_per_batch + n_actors} keeps every worker busy while "
                 f"the learner collates)")
         if max_lag is not None:
-            _check_count("max_lag", max_lag, 0)
-        for name, value in (("timeout", timeout),
-                            ("start_timeout", start_timeout)):
-            if value is not None and not value >= 0:
-                raise ValueError(f"{name} must be None or at least 0, got "
-                                 f"{value!r}")
-        if shutdown_timeout is None or not shutdown_timeout >= 0:
-            raise ValueError(f"shutdown_timeout must be a number of seconds"
-                             f", got {shutdown_timeout!r}")
+            check_count("max_lag", max_lag, 0)
+        check_timeouts(timeout=timeout, start_timeout=start_timeout,
+                       shutdown_timeout=shutdown_timeout)
         mp_ctx = get_context(start_method)
         entropy = seed_sequence(entropy)  # one root for every worker
         self.actor, self.copy, self.max_lag = actor, copy, max_lag
@@ -497,14 +474,8 @@ class Rollout:
         # from a probe env that the factory makes and we close at once
         worker_actor = cpu_copy(actor)
         shipped = (Cloudpickled(factory), Cloudpickled(worker_actor))
-        probe = make_envs(
-            factory, [collector_seed_sequence(entropy, PROBE_COLLECTOR)])[0]
-        try:
-            with torch.random.fork_rng(devices=[]):
-                template = prepare(probe, worker_actor, n_steps, n_per_actor,
-                                   env_info=env_info, final=final).pyt
-        finally:
-            close_envs([probe])
+        template = probe_layout(factory, worker_actor, n_steps, n_per_actor,
+                                entropy, env_info=env_info, final=final)
         hx_dim = getattr(actor, "hx_dim", 1)
         _check_hx(template.hx, hx_dim, n_per_actor)
         spec, stride = layout(template)
@@ -515,7 +486,7 @@ class Rollout:
         what = (f"a pool of {n_buffers} buffers of {stride} bytes for "
                 f"{n_actors} workers")
         check_capacity(stride * n_buffers + sum(
-            t.numel() * t.element_size() for t in _state_tensors(actor)),
+            t.numel() * t.element_size() for t in _tensors(actor)),
             what=what)
 
         self._workers = workers = _Workers(n_actors, shutdown_timeout)
@@ -531,7 +502,7 @@ class Rollout:
             workers.segment = Segment.create(stride * n_buffers)
             buffers = [views(workers.segment.flat, spec, i * stride)
                        for i in range(n_buffers)]
-            self._allocate_batch(template, hx_dim, device, pinned)
+            self._allocate_batch(template, hx_dim, delivery)
             workers.sources = [
                 [leaf for field in buffer.npy for leaf in flatten(field)]
                 for buffer in buffers]
@@ -552,22 +523,18 @@ class Rollout:
                       "lag": 0, "time_learner_wait": 0.0,
                       "time_worker_wait": 0.0, "time_collect": 0.0,
                       "time_collate": 0.0, "time_wall": 0.0,
-                      "steps_per_s": 0.0, "returns": None, "lengths": None,
+                      "steps_per_s": 0.0, "steps_per_s_collect": 0.0,
+                      "returns": None, "lengths": None,
                       "workers": workers.accounts}
 
-    def _allocate_batch(self, template, hx_dim, device, pinned):
-        self.device = (device if device is not None and device.type != "cpu"
-                       else None)
-        on_cuda = self.device is not None and self.device.type == "cuda"
+    def _allocate_batch(self, template, hx_dim, delivery):
+        self.delivery, self.device = delivery, delivery.device
         n_per_batch, B = self.n_per_batch, self.n_per_actor
         dims = _env_dims(hx_dim)
-        # the host batch (the one yielded, or the staging of device copies)
+        # the host batch (the one yielded, or the source of device copies)
         self._host = _batch_like(template, dims, n_per_batch,
-                                 pinned or on_cuda)
+                                 delivery.host_pinned)
         self._host_npy = suply(torch.Tensor.numpy, self._host)
-        self._batch = (None if self.device is None else suply(
-            lambda x: torch.empty_like(x, device=self.device), self._host))
-        self._copied = None  # the CUDA event of the last host-device copy
         # per slot, the numpy views its fragment is copied into, in the
         # order of a buffer's flattened leaves
         self._targets = [
@@ -591,9 +558,6 @@ class Rollout:
         """The parameter version published by the last ``next()``."""
         return self.stats["version"]
 
-    def __iter__(self):
-        return self
-
     def __next__(self):
         # one round of the learner's side of the protocol (module docstring)
         if self._error is not None:
@@ -614,23 +578,20 @@ class Rollout:
         if first:
             self._started = tic
         k = stats["batches"]
-        timeout = self.timeout
-        if first and timeout is not None and self.start_timeout is not None:
-            timeout += self.start_timeout
-        elif first:
-            timeout = None
+        timeout = (first_timeout(self.timeout, self.start_timeout) if first
+                   else self.timeout)
         workers.pump(0, f"batch {k}")  # deaths are reported at once
         version = workers.publish(self.actor, timeout)
         taken = workers.gather(self.n_per_batch, version, self.max_lag,
                                timeout, f"batch {k}")
         toc = time.perf_counter()
-        if self._copied is not None:
-            self._copied.synchronize()  # the staging batch is free again
+        # the last device copy must have read the host batch first
+        self.delivery.wait()
         for targets, (_, index, _) in zip(self._targets, taken):
             for target, source in zip(targets, workers.sources[index]):
                 np.copyto(target, source)
         workers.give([index for _, index, _ in taken])
-        batch = self._deliver()
+        batch = self.delivery(self._host)
         done = time.perf_counter()
 
         T, B = self._host_npy.state.rew.shape
@@ -645,24 +606,10 @@ class Rollout:
         stats["time_collate"] += done - toc
         stats["time_wall"] = done - self._started
         stats["steps_per_s"] = stats["steps"] / max(stats["time_wall"], 1e-9)
+        stats["steps_per_s_collect"] = stats["steps"] / max(
+            stats["time_collect"], 1e-9)
         stats["returns"], stats["lengths"] = episode_stats(self._host_npy)
         return batch
-
-    def _deliver(self):
-        """The batch to yield: the host batch, its device copy, or a copy."""
-        if self.device is None:
-            batch = self._host
-        else:
-            with torch.cuda.device(self.device) if \
-                    self.device.type == "cuda" else contextlib.nullcontext():
-                batch = copy_(self._batch, self._host, non_blocking=True)
-                if self.device.type == "cuda":
-                    # the next collation waits for these copies to finish
-                    # reading the staging batch (see _next)
-                    if self._copied is None:
-                        self._copied = torch.cuda.Event()
-                    self._copied.record()
-        return suply(torch.clone, batch) if self.copy else batch
 
     def poll(self, timeout=0.0):
         """The number of fragments ready for the next batch, waiting up to
@@ -700,12 +647,6 @@ class Rollout:
         """
         self._closed = True
         self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
@@ -759,9 +700,11 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
         ``'fork'``, ``'spawn'`` or ``'forkserver'`` (the default).
     timeout : float or None
         Seconds the learner waits without news from any worker before
-        raising ``RolloutTimeout``; ``None`` waits as long as they live.
+        raising ``RolloutTimeout``; ``None``: no deadline, as long as they
+        live.
     start_timeout : float or None
-        Extra seconds allowed for the first batch (workers starting).
+        Extra seconds allowed for the first batch (workers starting;
+        ``None`` adds nothing).
     shutdown_timeout : float
         Seconds ``close()`` waits for the workers before terminating them.
 

@@ -28,11 +28,12 @@ from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
                     make_envs)
 from ..shared import Delivery
 from ..utils.params import torch_seed
+from ._base import Generator
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout:
+class Rollout(Generator):
     """An endless iterator of fragments collected in this process.
 
     Use :func:`rollout` to make one. ``close()`` is idempotent; the object is
@@ -91,9 +92,6 @@ class Rollout:
         self._started = None
         self._closed = False
 
-    def __iter__(self):
-        return self
-
     def __next__(self):
         if self._closed:
             raise StopIteration
@@ -127,12 +125,6 @@ class Rollout:
             return
         self._closed = True
         close_envs(self.envs)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,

@@ -47,9 +47,10 @@ the worker loads ``v_{k-1}`` when it starts #k, which is before it reports
 #k ready, so the learner may overwrite it with ``v_k`` then and not before.
 Publishing earlier would let a slow worker load ``v_k`` for #k (no lag).
 
-Waits: every learner wait is bounded (``start_timeout + timeout`` for
-fragment 0, ``timeout`` for the others) and watches the worker's sentinel,
-so a worker that dies is reported within a tenth of a second. The worker
+Waits: every learner wait is bounded (``timeout + start_timeout`` for
+fragment 0, ``timeout`` for the others; ``timeout=None`` alone removes the
+bound) and watches the worker's sentinel, so a worker that dies is reported
+within a tenth of a second. The worker
 waits for the learner as long as the learner lives (training takes what it
 takes) and exits within a tenth of a second of the learner's death.
 
@@ -76,14 +77,16 @@ from collections import namedtuple
 
 import torch
 
-from ..core import _check_counts, collect, episode_stats, prepare, startup
+from ..core import _check_counts, collect, episode_stats, startup
 from ..envs import (collector_seed_sequence, env_seed_sequences, make_envs,
                     seed_sequence)
 from ..nested import suply
-from ..shared import Aliased, check_device, copy_
+from ..shared import Aliased, Delivery, copy_
 from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, PackedTensors,
-                     RolloutError, SharedParams, WorkerProcess, cpu_copy,
-                     get_context, ignore_interrupts, seed_worker)
+                     RolloutError, SharedParams, WorkerProcess,
+                     check_timeouts, cpu_copy, first_timeout, get_context,
+                     start_worker)
+from ._base import Generator, probe_layout
 
 __all__ = ["rollout", "Rollout", "TIMEOUT", "START_TIMEOUT",
            "SHUTDOWN_TIMEOUT"]
@@ -98,8 +101,6 @@ SHUTDOWN_TIMEOUT = 5.0
 
 # the worker's collector index: its seeds are those of same.rollout's
 COLLECTOR = 0
-# the collector index whose seeds make the learner's probe env
-PROBE_COLLECTOR = 2**31 - 1
 
 # orders and reports on the pipe
 _GO, _READY = "go", "ready"
@@ -113,12 +114,9 @@ def _worker(conn, config):
     link = LearnerLink(conn)
     envs, stage = [], "start-up"
     try:
-        ignore_interrupts()
-        # one thread per worker, as torch's DataLoader workers do: the
-        # learner trains on the other cores
-        torch.set_num_threads(1)
-        seed_worker(collector_seed_sequence(config.entropy, COLLECTOR))
-        factory, actor = config.factory.load(), config.actor.load()
+        factory, actor = start_worker(
+            collector_seed_sequence(config.entropy, COLLECTOR),
+            config.factory, config.actor)
         buffers = [Aliased(suply(torch.Tensor.numpy, pack.tree), pack.tree)
                    for pack in config.buffers]
         seeds = env_seed_sequences(config.entropy, config.n_envs, COLLECTOR)
@@ -157,7 +155,7 @@ def _worker(conn, config):
         link.close()
 
 
-class Rollout:
+class Rollout(Generator):
     """An endless iterator of fragments collected by one worker process.
 
     Use :func:`rollout` to make one. It is a context manager, ``close()``
@@ -173,15 +171,15 @@ class Rollout:
         The worker's process id.
     stats : dict
         ``steps`` (env steps delivered), ``batches``, ``time_collect``
-        (seconds the worker spent collecting), ``time_learner_wait``
-        (seconds ``next()`` waited for a fragment, the worker's start-up
-        included), ``time_worker_wait``
-        (seconds the worker waited for a buffer to be handed back),
-        ``time_wall`` (seconds since the first ``next()`` began),
-        ``steps_per_s`` (``steps / time_collect``, the worker's rate),
-        ``steps_per_s_wall`` (``steps / time_wall``, what the learner got,
-        worker start-up included), and ``returns`` and ``lengths`` of the
-        episodes that ended in the last batch.
+        (seconds the worker spent collecting), ``time_wall`` (seconds
+        since the first ``next()`` began), ``time_learner_wait`` (seconds
+        ``next()`` waited for a fragment, the worker's start-up included),
+        ``time_worker_wait`` (seconds the worker waited for a buffer to be
+        handed back), ``steps_per_s`` (``steps / time_wall``: what the
+        learner gets, training and the worker's start-up included),
+        ``steps_per_s_collect`` (``steps / time_collect``, the worker's
+        rate), and ``returns`` and ``lengths`` of the episodes that ended
+        in the last batch.
     """
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
@@ -189,17 +187,11 @@ class Rollout:
                  pinned=False, copy=False, start_method=None,
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT):
-        device = check_device(device, pinned)
+        self.delivery = Delivery(device, pinned, copy)
         _check_counts(n_steps, n_envs)
         n_steps, n_envs = int(n_steps), int(n_envs)
-        for name, value in (("timeout", timeout),
-                            ("start_timeout", start_timeout),
-                            ("shutdown_timeout", shutdown_timeout)):
-            if value is not None and not value >= 0:
-                raise ValueError(f"{name} must be None or at least 0, got "
-                                 f"{value!r}")
-        if shutdown_timeout is None:
-            raise ValueError("shutdown_timeout must be a number of seconds")
+        check_timeouts(timeout=timeout, start_timeout=start_timeout,
+                       shutdown_timeout=shutdown_timeout)
         mp_ctx = get_context(start_method)
         entropy = seed_sequence(entropy)  # one root for the learner and worker
         self.actor, self.copy = actor, copy
@@ -211,13 +203,8 @@ class Rollout:
         # this process, from a probe env the factory makes and we close
         worker_actor = cpu_copy(actor)
         shipped = (Cloudpickled(factory), Cloudpickled(worker_actor))
-        probe = make_envs(
-            factory, [collector_seed_sequence(entropy, PROBE_COLLECTOR)])[0]
-        try:
-            layout = prepare(probe, worker_actor, n_steps, n_envs,
-                             env_info=env_info, final=final).pyt
-        finally:
-            probe.close()
+        layout = probe_layout(factory, worker_actor, n_steps, n_envs,
+                              entropy, env_info=env_info, final=final)
         # two zero-filled buffers in shared memory, packed so that they
         # travel to the worker as a few file descriptors (see PackedTensors)
         packs = (PackedTensors(layout), PackedTensors(layout))
@@ -225,17 +212,21 @@ class Rollout:
                                      pack.tree) for pack in packs)
         self.params = SharedParams(actor, mp_ctx)
 
-        self.device = (device if device is not None and device.type != "cpu"
-                       else None)
-        on_cuda = self.device is not None and self.device.type == "cuda"
-        # shared memory cannot be page-locked: a pinned staging copy feeds
-        # the device (and the caller, when pinned=True)
-        self._host = (suply(lambda x: torch.empty(
+        self.device = self.delivery.device
+        # A page-locked staging copy of the shared buffer (shared memory is
+        # not page-locked) feeds the device, and is the batch itself with
+        # pinned=True (without copy=True, which copies the shared buffer
+        # straight into a fresh pinned batch). The device copy could read
+        # the shared buffer instead, and be waited for before the buffer
+        # is handed back, but from pageable memory CUDA first synchronizes
+        # the stream (CUDA runtime API, "API synchronization behavior"):
+        # next() would wait for all the training queued on the GPU. The
+        # staging copy costs one host memcpy (what the driver would do
+        # anyway) and keeps the device copy asynchronous.
+        staged = self.device is not None or (pinned and not copy)
+        self._staging = (suply(lambda x: torch.empty(
             x.shape, dtype=x.dtype, pin_memory=True), layout)
-            if pinned or on_cuda else None)
-        self._batch = (None if self.device is None or copy else suply(
-            lambda x: torch.empty_like(x, device=self.device), layout))
-        self._copied = None  # the CUDA event of the last host-device copy
+            if staged else None)
 
         config = _Config(*shipped, self.params, packs, entropy, n_envs,
                          sticky)
@@ -248,13 +239,10 @@ class Rollout:
         self._held = None  # the index of the buffer the learner holds
         self._started = None
         self.stats = {"steps": 0, "batches": 0, "time_collect": 0.0,
-                      "time_learner_wait": 0.0, "time_worker_wait": 0.0,
-                      "time_wall": 0.0, "steps_per_s": 0.0,
-                      "steps_per_s_wall": 0.0, "returns": None,
+                      "time_wall": 0.0, "time_learner_wait": 0.0,
+                      "time_worker_wait": 0.0, "steps_per_s": 0.0,
+                      "steps_per_s_collect": 0.0, "returns": None,
                       "lengths": None}
-
-    def __iter__(self):
-        return self
 
     def __next__(self):
         # one step of the protocol in the module docstring
@@ -266,11 +254,8 @@ class Rollout:
         tic = time.perf_counter()
         if self._started is None:
             self._started = tic
-        timeout = self.timeout
-        if k == 0 and timeout is not None and self.start_timeout is not None:
-            timeout += self.start_timeout
-        elif k == 0:
-            timeout = None
+        timeout = (first_timeout(self.timeout, self.start_timeout) if k == 0
+                   else self.timeout)
         try:
             message = self._worker.recv(timeout, what=f"fragment {k}")
         except KeyboardInterrupt:
@@ -302,32 +287,21 @@ class Rollout:
         stats["time_worker_wait"] += waited
         stats["time_learner_wait"] += waited_here
         stats["time_wall"] = toc - self._started
-        stats["steps_per_s"] = stats["steps"] / max(stats["time_collect"],
-                                                    1e-9)
-        stats["steps_per_s_wall"] = stats["steps"] / max(stats["time_wall"],
-                                                         1e-9)
+        stats["steps_per_s"] = stats["steps"] / max(stats["time_wall"], 1e-9)
+        stats["steps_per_s_collect"] = stats["steps"] / max(
+            stats["time_collect"], 1e-9)
         stats["returns"], stats["lengths"] = episode_stats(
             self.buffers[index].npy)
         return batch
 
     def _deliver(self, pyt):
-        """The batch to yield: the buffer, or its copy where asked."""
-        if self._host is None and self.device is None:
-            return suply(torch.clone, pyt) if self.copy else pyt
-        if self._copied is not None:
-            # the last non-blocking copy must have read the staging memory
-            self._copied.synchronize()
-        host = copy_(self._host, pyt)
-        if self.device is None:
-            return suply(lambda x: torch.empty(
-                x.shape, dtype=x.dtype, pin_memory=True).copy_(x),
-                host) if self.copy else host
-        target = self._batch if self._batch is not None else suply(
-            lambda x: torch.empty_like(x, device=self.device), host)
-        copy_(target, host, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record()
-        return target
+        """The batch to yield for the shared buffer ``pyt`` (see __init__
+        on the staging copy)."""
+        if self._staging is None:
+            return self.delivery(pyt)
+        # the last device copy must have read the staging memory first
+        self.delivery.wait()
+        return self.delivery(copy_(self._staging, pyt))
 
     def _fail(self, exc):
         # the protocol cannot resume after this: close, and keep saying why
@@ -343,13 +317,8 @@ class Rollout:
             return
         self._closed = True
         self._finalizer()
-        self.buffers = self.params = self._host = self._batch = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self.delivery.wait()  # no device copy may read freed memory
+        self.buffers = self.params = self._staging = None
 
 
 def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
@@ -402,10 +371,10 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
         Default ``forkserver`` (see :func:`rlplay.engine.utils.get_context`).
     timeout : float or None
         The longest ``next()`` waits for a fragment while the worker lives
-        (``None``: as long as it lives).
+        (``None``: no deadline, as long as it lives).
     start_timeout : float or None
         Added to ``timeout`` for the first fragment, for the worker's
-        start-up.
+        start-up (``None`` adds nothing).
     shutdown_timeout : float
         How long ``close()`` waits for the worker before terminating it.
 

@@ -11,9 +11,13 @@
 - :func:`recv`: a bounded wait on a pipe that also watches the worker's
   sentinel, so a silent death (SIGKILL, ``os._exit``, segfault) is reported
   as :class:`WorkerDied` with its exit code or signal name within one poll.
+- :func:`check_timeouts` and :func:`first_timeout`:
+  the generators' counts and timeouts, checked up front, and the bound of
+  their first wait.
 """
 import multiprocessing
 import multiprocessing.connection
+import numbers
 import pickle
 import signal
 import time
@@ -35,6 +39,8 @@ __all__ = [
     "describe_exitcode",
     "recv",
     "join_or_kill",
+    "check_timeouts",
+    "first_timeout",
 ]
 
 DEFAULT_START_METHOD = ("forkserver" if "forkserver" in
@@ -98,6 +104,16 @@ class WorkerDied(RolloutError):
     def __init__(self, message, *, exitcode=None, worker=None):
         super().__init__(message)
         self.exitcode, self.worker = exitcode, worker
+
+    @classmethod
+    def of(cls, process, worker, what):
+        """The error for worker number ``worker`` (a ``Process`` that has
+        exited, or is on its way out) found dead while the learner waited
+        for ``what``."""
+        return cls(f"worker {worker} (pid {process.pid}) died with "
+                   f"{describe_exitcode(process.exitcode)} while the learner "
+                   f"waited for {what}", exitcode=process.exitcode,
+                   worker=worker)
 
 
 class RolloutTimeout(RolloutError, TimeoutError):
@@ -207,14 +223,43 @@ def recv(conn, processes, timeout, *, what="a message", worker=None):
                         return conn.recv()
                     except (EOFError, OSError):
                         pass
-                who = worker if worker is not None else index
-                raise WorkerDied(
-                    f"worker {who} (pid {proc.pid}) died with "
-                    f"{describe_exitcode(proc.exitcode)} while the learner "
-                    f"waited for {what}", exitcode=proc.exitcode, worker=who)
+                raise WorkerDied.of(
+                    proc, worker if worker is not None else index, what)
         if deadline is not None and time.monotonic() > deadline:
             raise RolloutTimeout(f"no {what} within {timeout} s although "
                                  f"the workers are alive")
+
+
+def check_timeouts(**timeouts):
+    """Validate timeout arguments given by name, up front.
+
+    ``shutdown_timeout`` must be a number of seconds of at least 0; any
+    other (``timeout``, ``start_timeout``) may also be ``None``.
+
+    Raises
+    ------
+    ValueError
+        What was expected and what was given.
+    """
+    for name, value in timeouts.items():
+        if value is None and name != "shutdown_timeout":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not value >= 0:
+            kind = "a number of seconds" if name == "shutdown_timeout" \
+                else "None or a number of seconds"
+            raise ValueError(f"{name} must be {kind} of at least 0, got "
+                             f"{value!r}")
+
+
+def first_timeout(timeout, start_timeout):
+    """The bound of the first wait: ``timeout`` plus the start-up allowance
+    ``start_timeout`` (``None`` adds nothing, so a finite ``timeout`` keeps
+    the first wait finite); ``None`` when ``timeout`` is ``None`` (no
+    deadline, the workers' liveness still checked)."""
+    if timeout is None:
+        return None
+    return timeout + (start_timeout or 0.0)
 
 
 def join_or_kill(processes, timeout):

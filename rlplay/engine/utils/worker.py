@@ -20,6 +20,10 @@ Shutdown order (:meth:`WorkerProcess.close`, idempotent):
 Workers are daemonic: should the interpreter exit with one still running,
 :mod:`multiprocessing` terminates it at exit instead of waiting for it.
 
+Both ends of a generator's set-up live here too: :func:`probe_layout` sizes
+the buffers in the learner from a probe env, and :func:`start_worker` is the
+prelude of every worker entry point.
+
 A worker started with ``forkserver`` is forked from a server process that
 imports :data:`FORKSERVER_PRELOAD` once (:func:`preload_forkserver`), so a
 worker starts in milliseconds instead of importing torch anew.
@@ -31,9 +35,10 @@ import pickle
 import signal
 
 import cloudpickle
+import torch
 
-from .mp import (POLL_INTERVAL, WorkerDied, describe_exitcode, join_or_kill,
-                 recv)
+from .mp import POLL_INTERVAL, WorkerDied, join_or_kill, recv
+from .params import seed_worker
 
 __all__ = [
     "STOP",
@@ -43,6 +48,7 @@ __all__ = [
     "LearnerLink",
     "preload_forkserver",
     "ignore_interrupts",
+    "start_worker",
 ]
 
 # the order that ends a worker
@@ -53,6 +59,7 @@ FORKSERVER_PRELOAD = ("torch", "numpy", "gymnasium", "rlplay.engine")
 
 # how long a worker that closed its pipe may take to exit (seconds)
 EXIT_TIMEOUT = 1.0
+
 
 
 class Cloudpickled:
@@ -160,11 +167,7 @@ class WorkerProcess:
         (a liveness check for waits that are not on the pipe)."""
         if not self.process.is_alive():
             self.process.join(0)
-            raise WorkerDied(
-                f"worker 0 (pid {self.pid}) died with "
-                f"{describe_exitcode(self.process.exitcode)} while the "
-                f"learner waited for {what}",
-                exitcode=self.process.exitcode, worker=0)
+            raise WorkerDied.of(self.process, 0, what)
 
     def close(self, timeout):
         """Stop the worker in the order of the module docstring."""
@@ -248,3 +251,21 @@ def ignore_interrupts():
     whole process group, and the worker should stop in order when the
     learner closes it, not die in the middle of a step."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_worker(seed_sequence, factory, actor, n_threads=1):
+    """The prelude of a worker entry point; returns ``(factory, actor)``.
+
+    Leaves ``SIGINT`` to the learner (:func:`ignore_interrupts`), runs torch
+    on ``n_threads`` threads (one per worker, as torch's DataLoader workers
+    do: the learner and the other workers share the cores), seeds the
+    global generators from the collector's ``seed_sequence``
+    (:func:`rlplay.engine.utils.seed_worker`) and loads the
+    :class:`Cloudpickled` ``factory`` and ``actor``. Call it inside the
+    worker's error handling, so that a factory or actor that cannot be
+    rebuilt is reported as a :class:`WorkerError`.
+    """
+    ignore_interrupts()
+    torch.set_num_threads(n_threads)
+    seed_worker(seed_sequence)
+    return factory.load(), actor.load()
