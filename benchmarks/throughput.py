@@ -18,13 +18,15 @@ one torch thread), and stores what it collects:
 Two envs: ``cartpole`` (CartPole-v1, 8 envs, 128-step fragments: the
 actor's forward pass dominates) and ``busy`` (a synthetic env whose ``step``
 burns about 0.5 ms of CPU time, 8 envs, 32-step fragments: the envs
-dominate). Each row is warmed up, then timed over whole fragments for
-``--seconds``. Columns: ``steps/s``; ``x hand``, the ratio to the
+dominate). The rows run in turn, ``--rounds`` times (each warmed up, then
+timed over whole fragments for ``--seconds``), and each reports its median,
+so that a drift of the machine does not favour the rows that run first. Columns: ``steps/s``; ``x hand``, the ratio to the
 hand-written loop on the same env; ``x same``, the ratio to
 ``same.rollout`` on the same env. ``--json`` prints one object per row
 (``name``, ``steps_per_s``, ``ratio`` = ``x hand``, ``ratio_same``).
 
-    python benchmarks/throughput.py [--json] [--seconds 3] [--only busy]
+    python benchmarks/throughput.py [--json] [--seconds 1.5] [--rounds 3]
+                                    [--only busy]
 
 Reading the numbers: on ``cartpole`` one call of the actor costs about
 55 us of CPU whether it sees 4 or 8 envs, and a CartPole step about 5 us,
@@ -241,18 +243,26 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per row")
-    parser.add_argument("--seconds", type=float, default=3.0,
-                        help="timed seconds per row (after a warm-up)")
+    parser.add_argument("--seconds", type=float, default=1.5,
+                        help="timed seconds per row and round (after a "
+                             "warm-up)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds over all rows; a row reports its median")
     parser.add_argument("--only", default="",
                         help="run the rows whose name contains this")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
-    results, failed = {}, []
-    for env_name in ("cartpole", "busy"):
-        for name, run in rows(env_name):
-            if args.only not in name:
+    # rounds: every row once per round, in turn, so that a drift of the
+    # machine (clock boost, other load) does not favour the rows that come
+    # first; each row reports its median over the rounds
+    selected = [(name, run) for env_name in ("cartpole", "busy")
+                for name, run in rows(env_name) if args.only in name]
+    rates, failed = {}, []
+    for round_ in range(args.rounds):
+        for name, run in selected:
+            if name in failed:
                 continue
             try:
                 with torch.no_grad():
@@ -263,9 +273,13 @@ def main(argv=None):
                 continue
             if isinstance(rate, str):
                 print(f"{name}: skipped, {rate}", file=sys.stderr)
+                failed.append(name)
             else:
-                results[name] = rate
-                print(f"{name}: {rate:,.0f} steps/s", file=sys.stderr)
+                rates.setdefault(name, []).append(rate)
+                print(f"round {round_ + 1}: {name}: {rate:,.0f} steps/s",
+                      file=sys.stderr)
+    results = {name: float(np.median(values))
+               for name, values in rates.items()}
 
     if not args.json:
         print(f"{'name':<24} {'steps/s':>9} {'x hand':>7} {'x same':>7}")

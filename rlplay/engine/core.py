@@ -483,6 +483,13 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
     npy, pyt = buffer
     views = ctx.views(buffer)
     envs, T = ctx.envs, len(views.rows) - 1
+    # rows whose env goes on hold fin = truncated = False and no episode
+    # statistics: clear those fields once for the fragment (row 0 comes
+    # from the previous one next); the loop writes only where episodes end
+    npy.state.fin.fill(False)
+    npy.truncated.fill(False)
+    npy.stats.ret.fill(0)
+    npy.stats.length.fill(0)
     suply(np.copyto, _row_fields(npy, 0), ctx.last)
     hx = ctx.hx
     copy_(pyt.hx, hx)
@@ -526,13 +533,9 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
         final_next = views.final[t + 1]
         ret_next, length_next = views.ret[t + 1], views.length[t + 1]
         env_info, env_mask = views.env[t], views.env_mask[t]
-        # the values of an env whose episode goes on, for the whole row at
-        # once; the loop below overwrites the envs that end or are frozen
+        # the step count of an env whose episode goes on, for the whole row
+        # at once; the loop below overwrites the envs that end or are frozen
         np.add(stepno, 1, out=stepno_next)
-        fin_next.fill(False)
-        truncated_next.fill(False)
-        ret_next.fill(0)
-        length_next.fill(0)
         ended = False
 
         for j, env in enumerate(envs):
