@@ -39,13 +39,13 @@ import json
 import time
 from contextlib import closing
 
-import gymnasium
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from rlplay.engine import BaseActorModule
 from rlplay.engine.rollout import same
+# the throughput benchmark's env and actor (this folder is on sys.path when
+# a script in it runs)
+from throughput import MLPActor, make_cartpole
 
 try:
     from rlplay.engine.rollout import single
@@ -54,25 +54,6 @@ except ImportError:
 
 N_ENVS, N_STEPS = 8, 128
 WARMUP_BATCHES = 3
-
-
-def make_cartpole():
-    return gymnasium.make("CartPole-v1")
-
-
-class MLPActor(BaseActorModule):
-    """A 4-64-64-2 MLP sampling actions from a categorical."""
-
-    def __init__(self, n_obs=4, n_actions=2, n_hidden=64):
-        super().__init__()
-        self.mlp = nn.Sequential(
-            nn.Linear(n_obs, n_hidden), nn.Tanh(),
-            nn.Linear(n_hidden, n_hidden), nn.Tanh(),
-            nn.Linear(n_hidden, n_actions))
-
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        logits = self.mlp(obs)
-        return torch.distributions.Categorical(logits=logits).sample(), (), {}
 
 
 class Trainer:

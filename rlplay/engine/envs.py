@@ -132,16 +132,17 @@ def make_envs(factory, seed_sequences):
     return envs
 
 
-def close_envs(envs):
-    """Close every env, even if some ``close()`` raise (the first is
-    re-raised once all were tried)."""
+def close_envs(envs, quiet=False):
+    """Close every env, even if some ``close()`` raise: the first error is
+    re-raised once all were tried, unless ``quiet`` (a worker that is
+    ending: nobody listens any more)."""
     error = None
     for env in envs:
         try:
             env.close()
         except Exception as exc:  # noqa: BLE001 - re-raised below
             error = error or exc
-    if error is not None:
+    if error is not None and not quiet:
         raise error
 
 

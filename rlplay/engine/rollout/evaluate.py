@@ -47,8 +47,8 @@ import weakref
 from collections import namedtuple
 
 from ..core import _check_counts, check_count, evaluate
-from ..envs import (collector_seed_sequence, env_seed_sequences, make_envs,
-                    seed_sequence)
+from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
+                    make_envs, seed_sequence)
 from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, SharedParams,
                      WorkerProcess, check_timeouts, cpu_copy,
                      first_timeout, get_context, start_worker)
@@ -116,11 +116,7 @@ def _worker(conn, config):
     except BaseException as exc:  # noqa: B902 - everything goes to the learner
         link.send(ErrorRecord(exc, stage))
     finally:
-        for env in envs:
-            try:
-                env.close()
-            except Exception:  # the learner is not listening any more
-                pass
+        close_envs(envs, quiet=True)
         link.close()
 
 

@@ -155,10 +155,7 @@ def _worker(conn, config):
         link.send(ErrorRecord(exc, stage))
     finally:
         buffers = ctx = None
-        try:
-            close_envs(envs)
-        except Exception:  # noqa: BLE001 - the worker is ending anyway
-            pass
+        close_envs(envs, quiet=True)
         segment.close()
         link.close()
 

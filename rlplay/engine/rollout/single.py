@@ -78,8 +78,8 @@ from collections import namedtuple
 import torch
 
 from ..core import _check_counts, collect, episode_stats, startup
-from ..envs import (collector_seed_sequence, env_seed_sequences, make_envs,
-                    seed_sequence)
+from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
+                    make_envs, seed_sequence)
 from ..nested import suply
 from ..shared import Aliased, Delivery, copy_
 from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, PackedTensors,
@@ -147,11 +147,7 @@ def _worker(conn, config):
     except BaseException as exc:  # noqa: B902 - everything goes to the learner
         link.send(ErrorRecord(exc, stage))
     finally:
-        for env in envs:
-            try:
-                env.close()
-            except Exception:  # the learner is not listening any more
-                pass
+        close_envs(envs, quiet=True)
         link.close()
 
 
