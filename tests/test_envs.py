@@ -1,4 +1,4 @@
-"""The Gymnasium adapter: spaces, seeding, the factory, reset/step checks."""
+"""The Gymnasium adapter: spaces, the factory, reset/step checks."""
 import functools
 
 import gymnasium
@@ -8,6 +8,7 @@ from gymnasium import spaces
 
 from envs import CountingEnv, StructuredEnv
 from rlplay.engine import envs as E
+from rlplay.engine import seeds as S
 
 
 # spaces
@@ -65,66 +66,25 @@ def test_unsupported_space(space):
         E.space_example(space)
 
 
-# seeds
-
-def states(sequences):
-    return [tuple(ss.generate_state(4)) for ss in sequences]
-
-
-def test_seed_sequences_are_reproducible_and_distinct():
-    first = states(E.env_seed_sequences(123, 4))
-    assert first == states(E.env_seed_sequences(123, 4))
-    assert len(set(first)) == 4
-    assert set(first).isdisjoint(states(E.env_seed_sequences(124, 4)))
-
-
-def test_seed_sequences_come_from_spawn_not_seed_plus_i():
-    # the tree is root -> collector -> env, each child by spawn keys
-    root = np.random.SeedSequence(7)
-    collector = root.spawn(1)[0]
-    expected = [tuple(s.generate_state(4)) for s in collector.spawn(3)]
-    assert states(E.env_seed_sequences(7, 3)) == expected
-    assert states(E.env_seed_sequences(root, 3)) == expected
-    plus_i = [tuple(np.random.SeedSequence(7 + i).generate_state(4))
-              for i in range(3)]
-    assert set(expected).isdisjoint(plus_i)
-
-
-def test_collector_seeds_do_not_depend_on_the_pool_size():
-    lone = states(E.env_seed_sequences(5, 2, collector=0))
-    second = states(E.env_seed_sequences(5, 2, collector=1))
-    assert lone != second
-    assert set(lone).isdisjoint(second)
-    c1 = E.collector_seed_sequence(5, 1)
-    assert c1.spawn_key == (1,) and c1.entropy == 5
-
-
-def test_seed_sequence_fresh_entropy():
-    a, b = E.seed_sequence(None), E.seed_sequence(None)
-    assert a.entropy != b.entropy
-    ss = np.random.SeedSequence(3)
-    assert E.seed_sequence(ss) is ss
-
-
 # make_envs
 
 def test_make_envs_builds_and_seeds_spaces():
-    envs = E.make_envs(CountingEnv, E.env_seed_sequences(0, 3))
+    envs = E.make_envs(CountingEnv, S.env_seed_sequences(0, 3))
     assert len(envs) == 3 and all(isinstance(e, CountingEnv) for e in envs)
     samples = [[int(e.action_space.sample()) for _ in range(20)]
                for e in envs]
-    again = E.make_envs(CountingEnv, E.env_seed_sequences(0, 3))
+    again = E.make_envs(CountingEnv, S.env_seed_sequences(0, 3))
     assert samples == [[int(e.action_space.sample()) for _ in range(20)]
                        for e in again]
     assert len({tuple(s) for s in samples}) == 3  # per env distinct
-    other = E.make_envs(CountingEnv, E.env_seed_sequences(1, 3))
+    other = E.make_envs(CountingEnv, S.env_seed_sequences(1, 3))
     assert samples != [[int(e.action_space.sample()) for _ in range(20)]
                        for e in other]
 
 
 def test_make_envs_seeds_observation_space_sampling():
     def sample(entropy):
-        envs = E.make_envs(StructuredEnv, E.env_seed_sequences(entropy, 2))
+        envs = E.make_envs(StructuredEnv, S.env_seed_sequences(entropy, 2))
         return [[e.observation_space.sample()["pos"].tolist()
                  for _ in range(5)] for e in envs]
 
@@ -139,7 +99,7 @@ def test_factory_with_seed_parameter_receives_its_seed():
         received.append(seed)
         return CountingEnv()
 
-    seqs = E.env_seed_sequences(9, 3)
+    seqs = S.env_seed_sequences(9, 3)
     E.make_envs(factory, seqs)
     assert received == [int(ss.generate_state(1)[0]) for ss in seqs]
     assert all(isinstance(s, int) for s in received)
@@ -162,12 +122,12 @@ def test_factory_without_explicit_seed_gets_none():
         calls.append(kwargs)
         return CountingEnv()
 
-    E.make_envs(kwargs_factory, E.env_seed_sequences(0, 2))
+    E.make_envs(kwargs_factory, S.env_seed_sequences(0, 2))
     assert calls == [{}, {}]
     # gymnasium.make takes **kwargs: it must not get seed= (CartPole's
     # constructor has no such parameter)
     envs = E.make_envs(functools.partial(gymnasium.make, "CartPole-v1"),
-                       E.env_seed_sequences(0, 2))
+                       S.env_seed_sequences(0, 2))
     assert envs[0].observation_space.shape == (4,)
     for env in envs:
         env.close()
@@ -183,7 +143,7 @@ class Closable(CountingEnv):
 def test_factory_not_callable():
     with pytest.raises(TypeError, match="factory must be callable and "
                                         "return a Gymnasium env, got str"):
-        E.make_envs("CartPole-v1", E.env_seed_sequences(0, 1))
+        E.make_envs("CartPole-v1", S.env_seed_sequences(0, 1))
 
 
 def test_factory_raises_and_earlier_envs_are_closed():
@@ -197,7 +157,7 @@ def test_factory_raises_and_earlier_envs_are_closed():
         return made[-1]
 
     with pytest.raises(RuntimeError, match="third env failed"):
-        E.make_envs(factory, E.env_seed_sequences(0, 4))
+        E.make_envs(factory, S.env_seed_sequences(0, 4))
     assert Closable.closed == made
 
 
@@ -207,7 +167,7 @@ def test_factory_returns_something_that_is_not_an_env(thing):
     with pytest.raises(TypeError, match=r"returned \w+, which is not a "
                                         r"Gymnasium env \(missing or "
                                         r"invalid: \["):
-        E.make_envs(lambda: thing, E.env_seed_sequences(0, 2))
+        E.make_envs(lambda: thing, S.env_seed_sequences(0, 2))
 
 
 def test_factory_returns_an_env_with_invalid_spaces():
@@ -219,7 +179,7 @@ def test_factory_returns_an_env_with_invalid_spaces():
     with pytest.raises(TypeError, match=r"returned NoSpaces, which is not a "
                                         r"Gymnasium env \(missing or "
                                         r"invalid: spaces\)"):
-        E.make_envs(NoSpaces, E.env_seed_sequences(0, 1))
+        E.make_envs(NoSpaces, S.env_seed_sequences(0, 1))
 
 
 # reset and step

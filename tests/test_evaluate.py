@@ -14,7 +14,8 @@ from torch import nn
 from envs import CountingEnv, FaultyEnv
 
 from rlplay.engine import BaseActorModule, evaluate
-from rlplay.engine.envs import env_seed_sequences, make_envs, seed_sequence
+from rlplay.engine.envs import make_envs
+from rlplay.engine.seeds import env_seed_sequences, seed_sequence
 from rlplay.engine.rollout import Evaluation, Evaluator
 from rlplay.engine.rollout.evaluate import EVAL_COLLECTOR
 from rlplay.engine.utils import RolloutTimeout, WorkerDied, WorkerError

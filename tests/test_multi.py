@@ -17,7 +17,8 @@ from torch import nn
 
 from envs import CountingEnv, counting_factory
 from rlplay.engine import BaseActorModule, collect, prepare, startup
-from rlplay.engine.envs import env_seed_sequences, make_envs
+from rlplay.engine.envs import make_envs
+from rlplay.engine.seeds import env_seed_sequences
 from rlplay.engine.nested import flatten, suply
 from rlplay.engine.rollout import multi, same
 from rlplay.engine.utils import get_context, pool, preload_forkserver

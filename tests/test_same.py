@@ -10,7 +10,7 @@ from torch import nn
 
 from envs import CountingEnv
 from rlplay.engine import BaseActorModule, PolicyActor, episode_stats
-from rlplay.engine.envs import env_seed_sequences
+from rlplay.engine.seeds import env_seed_sequences
 from rlplay.engine.nested import flatten
 from rlplay.engine.rollout import same
 

@@ -1,5 +1,7 @@
 """The collection engine: nested structures, buffers, core loops."""
 from .actor import BaseActorModule, PolicyActor
+from .errors import (CapacityError, RemoteTraceback, RolloutError,
+                     RolloutTimeout, WorkerDied, WorkerError)
 from .core import (Context, Fragment, Meta, State, Stats, collect, episode,
                    episode_stats, evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
@@ -9,6 +11,8 @@ from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
     "BaseActorModule", "PolicyActor",
+    "CapacityError", "RemoteTraceback", "RolloutError", "RolloutTimeout",
+    "WorkerDied", "WorkerError",
     "Context", "Fragment", "Meta", "State", "Stats",
     "collect", "episode", "episode_stats", "evaluate", "prepare", "startup",
     "StructureError", "check_structure", "flatten", "getitem", "setitem",

@@ -66,6 +66,7 @@ import numpy as np
 import torch
 
 from . import envs as _envs
+from .seeds import reset_seed, seed_sequence
 from .nested import (StructureError, check_structure, flatten, getitem,
                      suply)
 from .shared import Aliased, aliased, copy_, torchify
@@ -445,8 +446,8 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
     state, truncated, final, stats = ctx.last
     write = _obs_writer(state.obs)
     for j, env in enumerate(envs):
-        seed = (None if seed_sequences is None
-                else int(seed_sequences[j].generate_state(1)[0]))
+        seed = reset_seed(None if seed_sequences is None
+                          else seed_sequences[j])
         obs, _ = _envs.reset(env, seed=seed)
         write(state.obs, j, obs, "reset()")
     state.fin[:] = True
@@ -690,8 +691,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     row, obs_npy = state.pyt, getitem(state.npy.obs, 0)
     write = _obs_writer(obs_npy)
     for j, env in enumerate(envs):
-        seed = (None if seed_sequences is None
-                else int(seed_sequences[j].generate_state(1)[0]))
+        seed = reset_seed(None if seed_sequences is None
+                          else seed_sequences[j])
         obs, _ = _envs.reset(env, seed=seed)
         write(obs_npy, j, obs, "reset()")
     state.npy.fin[:] = True
@@ -730,7 +731,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
 
 def episode(env, actor, *, seed=None, max_steps=None):
     """Play one episode; return its ``(return, length)``."""
-    seeds = None if seed is None else [_envs.seed_sequence(seed)]
+    seeds = None if seed is None else [seed_sequence(seed)]
     returns, lengths = evaluate([env], actor, 1, seed_sequences=seeds,
                                 max_steps=max_steps)
     return float(returns[0]), int(lengths[0])

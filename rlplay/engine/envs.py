@@ -5,11 +5,10 @@ returns ``(obs, reward, terminated, truncated, info)``. Spaces map to example
 leaves (zero arrays) that size the buffers: ``Box``, ``Discrete``,
 ``MultiDiscrete``, ``MultiBinary`` and ``Dict``/``Tuple`` nestings of them.
 
-Seeding: one ``entropy`` gives a :class:`numpy.random.SeedSequence`; a
-collector (a process, or the caller for the same-process generator) gets
-child ``i`` of it, and its envs get the children of that. Each env is reset
-with a seed drawn from its own child, and its action and observation spaces
-are seeded from the same child, so that sampling from them is reproducible.
+Seeding (the tree is in :mod:`rlplay.engine.seeds`): each env is made
+(with ``seed=`` when the factory takes it) and first reset with the seed
+drawn from its own ``SeedSequence``, and its action and observation spaces
+are seeded from the same one, so that sampling from them is reproducible.
 """
 import inspect
 import numbers
@@ -19,13 +18,11 @@ import numpy as np
 from gymnasium import spaces
 
 from .nested import suply
+from .seeds import reset_seed
 
 __all__ = [
     "space_example",
     "make_envs",
-    "seed_sequence",
-    "collector_seed_sequence",
-    "env_seed_sequences",
     "info_example",
     "close_envs",
 ]
@@ -51,36 +48,6 @@ def space_example(space):
         return np.zeros(space.shape, dtype=space.dtype)
     raise TypeError(f"unsupported space {space!r}: rlplay handles Box, "
                     f"Discrete, MultiDiscrete, MultiBinary, Dict and Tuple")
-
-
-def seed_sequence(entropy=None):
-    """The run's root ``SeedSequence`` (fresh OS entropy when ``None``)."""
-    if isinstance(entropy, np.random.SeedSequence):
-        return entropy
-    return np.random.SeedSequence(entropy)
-
-
-def collector_seed_sequence(entropy, collector=0):
-    """The ``SeedSequence`` of collector number ``collector``.
-
-    Its own ``generate_state`` seeds the collector's global generators (see
-    :func:`rlplay.engine.utils.seed_worker`); its children seed its envs.
-    Child ``i`` of the root does not depend on how many collectors there
-    are, so the first collector of a pool sees the seeds of a lone one.
-    """
-    root = seed_sequence(entropy)
-    return np.random.SeedSequence(
-        root.entropy, spawn_key=(*root.spawn_key, collector),
-        pool_size=root.pool_size)
-
-
-def env_seed_sequences(entropy, n_envs, collector=0):
-    """Children seed sequences of the envs of collector number ``collector``.
-
-    The tree is ``root -> collector i -> env j`` (see
-    :func:`collector_seed_sequence`).
-    """
-    return collector_seed_sequence(entropy, collector).spawn(n_envs)
 
 
 def _accepts_seed(factory):
@@ -116,7 +83,7 @@ def make_envs(factory, seed_sequences):
     envs = []
     try:
         for ss in seed_sequences:
-            seed = int(ss.generate_state(1)[0])
+            seed = reset_seed(ss)
             env = factory(seed=seed) if pass_seed else factory()
             _check_env(env, factory)
             env.action_space.seed(seed)

@@ -3,7 +3,8 @@ in the learner from a probe env."""
 import torch
 
 from ..core import prepare
-from ..envs import close_envs, env_seed_sequences, make_envs
+from ..envs import close_envs, make_envs
+from ..seeds import env_seed_sequences
 
 __all__ = ["Closing", "Generator", "probe_layout", "PROBE_COLLECTOR"]
 

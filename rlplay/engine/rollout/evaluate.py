@@ -47,8 +47,8 @@ import weakref
 from collections import namedtuple
 
 from ..core import _check_counts, check_count, evaluate
-from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
-                    make_envs, seed_sequence)
+from ..envs import close_envs, make_envs
+from ..seeds import (collector_seed_sequence, env_seed_sequences, seed_sequence)
 from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, SharedParams,
                      WorkerProcess, check_timeouts, cpu_copy,
                      first_timeout, get_context, start_worker)

@@ -95,8 +95,8 @@ import numpy as np
 import torch
 
 from ..core import Fragment, check_count, collect, episode_stats, startup
-from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
-                    make_envs, seed_sequence)
+from ..envs import close_envs, make_envs
+from ..seeds import (collector_seed_sequence, env_seed_sequences, seed_sequence)
 from ..nested import flatten, suply
 from ..shared import Delivery
 from ..utils.mp import (POLL_INTERVAL, ErrorRecord, RolloutTimeout,

@@ -24,10 +24,10 @@ import torch
 
 from ..core import (Fragment, _check_counts, collect, episode_stats,
                     prepare, startup)
-from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
-                    make_envs)
+from ..envs import close_envs, make_envs
+from ..seeds import (collector_seed_sequence, env_seed_sequences)
 from ..shared import Delivery
-from ..utils.params import torch_seed
+from ..seeds import torch_seed
 from ._base import Generator
 
 __all__ = ["rollout", "Rollout"]

@@ -78,8 +78,8 @@ from collections import namedtuple
 import torch
 
 from ..core import _check_counts, collect, episode_stats, startup
-from ..envs import (close_envs, collector_seed_sequence, env_seed_sequences,
-                    make_envs, seed_sequence)
+from ..envs import close_envs, make_envs
+from ..seeds import (collector_seed_sequence, env_seed_sequences, seed_sequence)
 from ..nested import suply
 from ..shared import Aliased, Delivery, copy_
 from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, PackedTensors,

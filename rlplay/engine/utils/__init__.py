@@ -6,8 +6,7 @@ from .mp import (DEFAULT_START_METHOD, POLL_INTERVAL, CloudpickleWrapper,
                  describe_exitcode, first_timeout, get_context, join_or_kill,
                  recv)
 from .packed import PackedTensors
-from .params import (LOCK_TIMEOUT, SharedParams, bounded_acquire, cpu_copy,
-                     seed_worker, torch_seed)
+from .params import LOCK_TIMEOUT, SharedParams, bounded_acquire, cpu_copy
 from .pool import (CapacityError, Field, Segment, check_capacity, fd_limit,
                    layout, open_fds, shm_free_bytes, views)
 from .worker import (FORKSERVER_PRELOAD, STOP, Cloudpickled,
@@ -20,7 +19,7 @@ __all__ = [
     "WorkerDied", "WorkerError", "check_timeouts",
     "describe_exitcode", "first_timeout", "get_context", "join_or_kill",
     "recv", "PackedTensors", "LOCK_TIMEOUT", "SharedParams",
-    "bounded_acquire", "cpu_copy", "seed_worker", "torch_seed",
+    "bounded_acquire", "cpu_copy",
     "CapacityError", "Field", "Segment", "check_capacity", "fd_limit",
     "layout", "open_fds", "shm_free_bytes", "views", "FORKSERVER_PRELOAD", "STOP",
     "Cloudpickled", "LearnerLink", "WorkerProcess", "ignore_interrupts",

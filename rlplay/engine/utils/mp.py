@@ -25,6 +25,9 @@ import traceback
 
 import cloudpickle
 
+from ..errors import (RemoteTraceback, RolloutError, RolloutTimeout,
+                      WorkerDied, WorkerError, describe_exitcode)
+
 __all__ = [
     "DEFAULT_START_METHOD",
     "POLL_INTERVAL",
@@ -48,88 +51,6 @@ DEFAULT_START_METHOD = ("forkserver" if "forkserver" in
 
 # how often a waiting side re-checks that the other side is alive (seconds)
 POLL_INTERVAL = 0.1
-
-
-class RolloutError(RuntimeError):
-    """Base class of the errors a process-based generator raises."""
-
-
-class RemoteTraceback(Exception):
-    """The formatted traceback of an exception raised in a worker."""
-
-    def __init__(self, tb):
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self):
-        return self.tb
-
-
-class WorkerError(RolloutError):
-    """An exception raised in a worker, re-raised in the learner.
-
-    Attributes
-    ----------
-    exc_type : type or None
-        The worker's exception class, when it could be shipped.
-    type_name : str
-        Its qualified name, e.g. ``'builtins.ValueError'``.
-    remote_message : str
-        ``str()`` of the worker's exception.
-    remote_traceback : str
-        The worker's formatted traceback (also the ``__cause__``).
-    worker : int or None
-        The index of the worker.
-    """
-
-    def __init__(self, message, *, exc_type=None, type_name="",
-                 remote_message="", remote_traceback="", worker=None):
-        super().__init__(message)
-        self.exc_type, self.type_name = exc_type, type_name
-        self.remote_message = remote_message
-        self.remote_traceback = remote_traceback
-        self.worker = worker
-
-
-class WorkerDied(RolloutError):
-    """A worker ended without a word (killed, ``os._exit``, segfault).
-
-    Attributes
-    ----------
-    exitcode : int or None
-        ``Process.exitcode``: negative for a signal.
-    worker : int or None
-    """
-
-    def __init__(self, message, *, exitcode=None, worker=None):
-        super().__init__(message)
-        self.exitcode, self.worker = exitcode, worker
-
-    @classmethod
-    def of(cls, process, worker, what):
-        """The error for worker number ``worker`` (a ``Process`` that has
-        exited, or is on its way out) found dead while the learner waited
-        for ``what``."""
-        return cls(f"worker {worker} (pid {process.pid}) died with "
-                   f"{describe_exitcode(process.exitcode)} while the learner "
-                   f"waited for {what}", exitcode=process.exitcode,
-                   worker=worker)
-
-
-class RolloutTimeout(RolloutError, TimeoutError):
-    """A bounded wait ran out while the other side was still alive."""
-
-
-def describe_exitcode(exitcode):
-    """``'exit code 3'`` or ``'signal SIGKILL'`` for a ``Process.exitcode``."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit code {exitcode}"
 
 
 class ErrorRecord:

@@ -17,18 +17,14 @@ with the worker's start arguments.
 """
 import contextlib
 import copy
-import random
 import time
 
-import numpy as np
 import torch
 
 from .mp import POLL_INTERVAL, RolloutTimeout
 from .packed import PackedTensors
 
-__all__ = ["SharedParams", "bounded_acquire", "seed_worker", "torch_seed",
-           "cpu_copy",
-           "LOCK_TIMEOUT"]
+__all__ = ["SharedParams", "bounded_acquire", "cpu_copy", "LOCK_TIMEOUT"]
 
 # the longest a lock is waited for when no liveness check is given (seconds)
 LOCK_TIMEOUT = 60.0
@@ -138,21 +134,6 @@ def bounded_acquire(lock, check=None, timeout=LOCK_TIMEOUT):
         yield
     finally:
         lock.release()
-
-
-def torch_seed(seed_sequence):
-    """The torch seed of a collector with this ``SeedSequence``."""
-    state = seed_sequence.generate_state(2)
-    return int(state[0]) ^ (int(state[1]) << 32)
-
-
-def seed_worker(seed_sequence):
-    """Seed ``random``, ``numpy`` and ``torch`` global generators of a worker
-    from its child ``SeedSequence``."""
-    state = seed_sequence.generate_state(2)
-    random.seed(int(state[0]))
-    np.random.seed(int(state[1]) % 2**32)
-    torch.manual_seed(torch_seed(seed_sequence))
 
 
 def cpu_copy(actor):

@@ -35,7 +35,7 @@ import torch
 
 from ..nested import suply
 from ..shared import Aliased
-from .mp import RolloutError
+from ..errors import CapacityError
 
 __all__ = [
     "SHM_DIR",
@@ -65,14 +65,6 @@ FORKSERVER_MAX_FDS = 251
 # file descriptors a process needs besides the ones counted (interpreter,
 # torch, pipes of multiprocessing)
 _FD_MARGIN = 32
-
-
-class CapacityError(RolloutError):
-    """A pool does not fit in shared memory or in the file-descriptor limit.
-
-    Raised before anything is allocated; the message says what was needed,
-    what is available and what to change.
-    """
 
 
 def shm_free_bytes(path=SHM_DIR):

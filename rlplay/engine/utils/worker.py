@@ -38,7 +38,7 @@ import cloudpickle
 import torch
 
 from .mp import POLL_INTERVAL, WorkerDied, join_or_kill, recv
-from .params import seed_worker
+from ..seeds import seed_worker
 
 __all__ = [
     "STOP",
