@@ -132,3 +132,61 @@ def counting_factory(term_every=None, trunc_at=None):
 
 def failing_factory():
     raise RuntimeError("factory failed on purpose")
+
+
+class InPlaceEnv(gymnasium.Env):
+    """Box(-1, 1, (2,)) actions (or, with ``nested=True``, ``(Discrete(2),
+    Box(-1, 1, (2,)))``) that ``step`` clips *in place*
+    (``np.clip(a, -1, 1, out=a)``), as some envs and wrappers do (not with
+    ``clip=False``), and keeps: ``kept`` holds every action object it was
+    given, ``seen`` a copy of each as it arrived. Observation = steps since
+    reset; reward = the sum of the (clipped) action; never ends."""
+
+    def __init__(self, nested=False, clip=True):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,),
+                                            np.float32)
+        box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Tuple((spaces.Discrete(2), box)) \
+            if nested else box
+        self.nested, self.clip = nested, clip
+        self.t, self.kept, self.seen = 0, [], []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        box = action[1] if self.nested else action
+        self.kept.append(box)
+        self.seen.append(np.array(box))
+        if self.clip:
+            np.clip(box, -1.0, 1.0, out=box)
+        self.t += 1
+        return (np.array([self.t], np.float32), float(box.sum()), False,
+                False, {})
+
+
+class SpacesEnv(gymnasium.Env):
+    """Any spaces, scripted observations: ``obs(episode, t)`` gives the
+    observation at step ``t`` of episode ``episode`` (``t = 0`` at reset).
+    Reward 1; terminates after ``term_every`` steps (None: never);
+    ``actions`` logs what ``step`` got."""
+
+    def __init__(self, observation_space, action_space, obs, term_every=None):
+        self.observation_space, self.action_space = (observation_space,
+                                                      action_space)
+        self.obs, self.term_every = obs, term_every
+        self.episode, self.t, self.actions = -1, 0, []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return self.obs(self.episode, 0), {}
+
+    def step(self, action):
+        self.actions.append(action)
+        self.t += 1
+        terminated = self.term_every is not None and \
+            self.t % self.term_every == 0
+        return self.obs(self.episode, self.t), 1.0, terminated, False, {}

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlplay.engine import BaseActorModule, PolicyActor
+from rlplay.engine import BaseActorModule, PolicyActor, check_actor
 
 EXPECTED = r"step\(self, stepno, obs, act, rew, fin, /, \*, hx, virtual\)"
 
@@ -268,3 +268,138 @@ def test_policy_actor_with_a_per_dimension_distribution():
     _, _, info = PolicyActor(Plain()).step(*row(torch.zeros(1, 3, 4)),
                                            hx=(), virtual=False)
     assert info["logp"].shape == (1, 3, 2)
+
+
+# check_actor: is it an actor at all?
+
+NOT_AN_ACTOR = (r"^actor must be a torch.nn.Module with the actor API "
+                r"step\(...\)/reset\(...\) \(see BaseActorModule\), got ")
+
+
+@pytest.mark.parametrize("thing, name", [
+    (None, "NoneType"), (object(), "object"), (nn.Linear(2, 2), "Linear"),
+    (lambda *args: None, "function"), (PolicyActor, "type")])
+def test_check_actor_rejects_non_actors(thing, name):
+    with pytest.raises(TypeError, match=NOT_AN_ACTOR + name + "$"):
+        check_actor(thing)
+
+
+def test_check_actor_accepts_actors_and_returns_them():
+    actor = PolicyActor(nn.Linear(4, 2))
+    assert check_actor(actor) is actor
+
+    class Duck(nn.Module):  # the API without the base class
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            return act, hx, {}
+
+        def reset(self, hx, at):
+            return hx
+
+    duck = Duck()
+    assert check_actor(duck) is duck
+
+
+def test_check_actor_rejects_a_bare_base_class():
+    with pytest.raises(TypeError, match=r"actor BaseActorModule does not "
+                                        r"implement step\(\)"):
+        check_actor(BaseActorModule())
+
+
+def test_check_actor_checks_a_duck_typed_modules_signatures():
+    class Loose(nn.Module):
+        def step(self, obs, hx=None):
+            return obs, hx, {}
+
+        def reset(self, hx, at):
+            return hx
+
+    with pytest.raises(TypeError, match=r"Loose.step has signature "
+                                        r"step\(obs, hx=None\); the actor "
+                                        r"API expects " + EXPECTED):
+        check_actor(Loose())
+
+    class BadReset(nn.Module):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            return act, hx, {}
+
+        def reset(self, hx):
+            return hx
+
+    with pytest.raises(TypeError, match=r"BadReset.reset has signature "
+                                        r"reset\(hx\); the actor API "
+                                        r"expects reset\(self, hx, at\)"):
+        check_actor(BadReset())
+
+
+# PolicyActor samples logits as Categorical does, without building one
+
+@pytest.mark.parametrize("shape, dtype", [
+    ((1, 8, 2), torch.float32), ((1, 64, 5), torch.float32),
+    ((6, 3, 7), torch.float64), ((1, 1, 3), torch.float32)])
+def test_policy_actor_samples_exactly_as_categorical(shape, dtype):
+    class Logits(nn.Module):
+        def forward(self, obs):
+            return obs * 3.0
+
+    actor = PolicyActor(Logits())
+    for seed in range(5):
+        logits = torch.randn(*shape, dtype=dtype,
+                             generator=torch.Generator().manual_seed(seed))
+        torch.manual_seed(seed)
+        act, hx, info = actor.step(*row(logits), hx=(), virtual=False)
+        torch.manual_seed(seed)
+        dist = torch.distributions.Categorical(logits=logits * 3.0)
+        expected = dist.sample()
+        assert act.dtype == expected.dtype and act.shape == expected.shape
+        assert torch.equal(act, expected)
+        assert torch.equal(info["logp"], dist.log_prob(act))
+        # greedy in eval mode: the distribution's mode
+        actor.eval()
+        act, _, info = actor.step(*row(logits), hx=(), virtual=False)
+        actor.train()
+        assert torch.equal(act, dist.mode)
+        assert torch.equal(info["logp"], dist.log_prob(dist.mode))
+
+
+def test_policy_actor_leaves_the_generator_where_categorical_does():
+    actor = PolicyActor(Fixed([0.1, 0.5, -0.2]))
+    torch.manual_seed(3)
+    actor.step(*row(torch.zeros(1, 16, 4)), hx=(), virtual=False)
+    after_fast = torch.rand(8)
+    torch.manual_seed(3)
+    dist, _ = actor(torch.zeros(1, 16, 4))
+    dist.sample()
+    assert torch.equal(after_fast, torch.rand(8))
+
+
+def test_policy_actor_log_prob_matches_log_softmax():
+    actor = PolicyActor(Fixed([0.0, 1.0, 2.0, -30.0]))
+    torch.manual_seed(1)
+    act, _, info = actor.step(*row(torch.zeros(1, 256, 4)), hx=(),
+                              virtual=False)
+    expected = torch.log_softmax(torch.tensor([0.0, 1.0, 2.0, -30.0]),
+                                 -1)[act]
+    torch.testing.assert_close(info["logp"], expected)
+
+
+def test_policy_actor_calls_a_subclass_forward_and_hooks():
+    calls = []
+
+    class Tempered(PolicyActor):
+        def forward(self, obs):
+            calls.append("forward")
+            dist, value = super().forward(obs)
+            return torch.distributions.Categorical(logits=dist.logits * 0), \
+                value
+
+    actor = Tempered(Fixed([0.0, 50.0]))
+    torch.manual_seed(0)
+    act, _, _ = actor.step(*row(torch.zeros(1, 256, 4)), hx=(),
+                           virtual=False)
+    assert calls == ["forward"] and set(act.flatten().tolist()) == {0, 1}
+    # a forward hook on a plain PolicyActor is honoured too
+    actor = PolicyActor(Fixed([0.0, 1.0]))
+    actor.register_forward_hook(lambda module, args, out: calls.append(
+        "hook"))
+    actor.step(*row(torch.zeros(1, 2, 4)), hx=(), virtual=False)
+    assert calls == ["forward", "hook"]

@@ -594,3 +594,132 @@ def test_evaluate_handles_dict_observations_and_tuple_actions():
     returns, lengths = evaluate(envs, StructuredActor(), 4)
     assert lengths.tolist() == [4, 4, 4, 4]
     assert returns.tolist() == [10.5, 10.5, 10.5, 10.5]
+
+
+# -- what the env gets as its action ------------------------------------------
+
+class Outside(BaseActorModule):
+    """Box actions ``[2 + k, -2 - k]`` at its ``k``-th real step (outside
+    [-1, 1], as a Gaussian policy's may be); with ``nested=True`` inside
+    a ``(Discrete(2), Box)`` tuple."""
+
+    def __init__(self, nested=False):
+        super().__init__()
+        self.nested, self.k = nested, 0
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        n_envs = fin.shape[1]
+        box = torch.tensor([2.0 + self.k, -2.0 - self.k]).expand(
+            1, n_envs, 2).clone()
+        self.k += not virtual
+        if self.nested:
+            return (torch.zeros(1, n_envs, dtype=torch.int64), box), (), {}
+        return box, (), {}
+
+    def reset(self, hx, at):
+        return ()
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["box", "tuple"])
+def test_an_env_that_clips_its_action_in_place_leaves_the_record(nested):
+    from envs import InPlaceEnv
+
+    envs = [InPlaceEnv(nested), InPlaceEnv(nested)]
+    actor = Outside(nested)
+    buffer = prepare(envs[0], actor, 3, 2)
+    collect(actor, buffer, startup(envs, actor, buffer))
+    act = buffer.npy.state.act[1] if nested else buffer.npy.state.act
+    # the actor's actions, not the env's clipped copies
+    assert act[1:, 0].tolist() == [[2, -2], [3, -3], [4, -4]]
+    assert act[1:, 1].tolist() == act[1:, 0].tolist()
+    assert [a.tolist() for a in envs[1].seen] == [[2, -2], [3, -3], [4, -4]]
+    assert buffer.npy.state.rew[1:].tolist() == [[0, 0]] * 3  # clipped
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["box", "tuple"])
+def test_an_env_that_keeps_its_actions_sees_them_unchanged(nested):
+    from envs import InPlaceEnv
+
+    envs = [InPlaceEnv(nested, clip=False), InPlaceEnv(nested, clip=False)]
+    actor = Outside(nested)
+    buffer = prepare(envs[0], actor, 2, 2)
+    ctx = startup(envs, actor, buffer)
+    for _ in range(3):  # the buffer is reused twice
+        collect(actor, buffer, ctx)
+    for env in envs:
+        # what it kept still holds what it got, after the buffer moved on
+        assert [a.tolist() for a in env.kept] == [
+            [2 + k, -2 - k] for k in range(6)]
+        assert [a.tolist() for a in env.seen] == [
+            [2 + k, -2 - k] for k in range(6)]
+    # and editing one env's action touches neither another env's nor the
+    # record
+    envs[0].kept[-1][:] = 0
+    assert envs[1].kept[-1].tolist() == [7, -7]
+    act = buffer.npy.state.act[1] if nested else buffer.npy.state.act
+    assert act[-1].tolist() == [[7, -7], [7, -7]]
+
+
+# -- the action of rows that no action led to ----------------------------------
+
+class Echo(BaseActorModule):
+    """Acts ``act`` (the action it was shown), records what it saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        self.seen.append((virtual, suply(torch.clone, act)))
+        return suply(torch.clone, act), (), {}
+
+    def reset(self, hx, at):
+        return ()
+
+
+def placeholder_env(term_every=None):
+    from gymnasium import spaces
+
+    from envs import SpacesEnv
+
+    action_space = spaces.Tuple((
+        spaces.Discrete(3, start=1),
+        spaces.Box(1.0, 2.0, (2,), np.float32),
+        spaces.Box(np.float32([-np.inf, -5, -1]), np.float32([-3, np.inf, 1])),
+        spaces.MultiDiscrete([2, 3], start=[1, -1]),
+        spaces.MultiBinary(2)))
+    return SpacesEnv(spaces.Box(-1.0, 1.0, (1,), np.float32), action_space,
+                     lambda episode, t: np.zeros(1, np.float32),
+                     term_every=term_every)
+
+
+PLACEHOLDER = [1, [1.0, 1.0], [-3.0, 0.0, 0.0], [1, 0], [0, 0]]
+
+
+def as_lists(act, j=0):
+    return [np.asarray(leaf)[j].tolist() for leaf in act]
+
+
+def test_row_zero_records_a_valid_placeholder_action():
+    envs = [placeholder_env(), placeholder_env()]
+    actor = Echo()
+    buffer = prepare(envs[0], actor, 2, 2)
+    # the probes saw the placeholder, not zeros outside the space
+    assert [as_lists(act, (0, 1)) for _, act in actor.seen] == \
+        [PLACEHOLDER] * len(actor.seen)
+    ctx = startup(envs, actor, buffer)
+    assert as_lists(ctx.last[0].act, 1) == PLACEHOLDER
+    collect(actor, buffer, ctx)
+    act = buffer.npy.state.act
+    for t in range(3):  # the Echo actor repeats it, valid everywhere
+        assert as_lists([leaf[t] for leaf in act], 1) == PLACEHOLDER
+    assert envs[0].actions[0][0] == 1
+
+
+def test_evaluate_starts_from_the_placeholder_action():
+    from rlplay.engine.core import evaluate
+
+    actor = Echo()
+    evaluate([placeholder_env(term_every=2)], actor, 1)
+    virtual, first = actor.seen[1]  # after the virtual probe of _initial_hx
+    assert not virtual and as_lists(first, (0, 0)) == PLACEHOLDER

@@ -258,3 +258,44 @@ def test_close_envs_tries_every_env_and_reraises_the_first_error():
         E.close_envs(envs)
     assert closed == ["a", "b", "c"]
     E.close_envs([])
+
+
+# placeholders: a valid element of a space, nearest zero
+
+def test_space_placeholder_leaf_spaces():
+    def check(space, expected):
+        value = E.space_placeholder(space)
+        example = E.space_example(space)
+        assert value.shape == example.shape and value.dtype == example.dtype
+        assert value.tolist() == expected
+        assert space.contains(value), (space, value)
+
+    check(spaces.Discrete(5), 0)
+    check(spaces.Discrete(3, start=1), 1)
+    check(spaces.Discrete(3, start=-1), 0)   # zero where zero is valid
+    check(spaces.Discrete(2, start=-5), -4)  # else the nearest bound
+    check(spaces.Box(-1.0, 1.0, (2,), np.float32), [0.0, 0.0])
+    check(spaces.Box(1.0, 2.0, (2,), np.float32), [1.0, 1.0])
+    check(spaces.Box(-np.inf, -3.0, (1,), np.float32), [-3.0])
+    check(spaces.Box(np.float32([-np.inf, 2, -1]),
+                     np.float32([np.inf, 3, 1])), [0.0, 2.0, 0.0])
+    check(spaces.Box(5, 9, (2, 2), np.uint8), [[5, 5], [5, 5]])
+    check(spaces.MultiDiscrete([3, 4], start=[1, -2]), [1, 0])
+    check(spaces.MultiBinary(3), [0, 0, 0])
+
+
+def test_space_placeholder_nestings():
+    space = spaces.Dict({
+        "a": spaces.Tuple((spaces.Discrete(3, start=1),
+                           spaces.Box(1.0, 2.0, (1,), np.float32))),
+        "b": spaces.MultiBinary(2)})
+    value = E.space_placeholder(space)
+    assert type(value) is dict and type(value["a"]) is tuple
+    assert value["a"][0] == 1 and value["a"][1].tolist() == [1.0]
+    assert space.contains(value)
+
+
+def test_space_placeholder_rejects_unsupported_spaces():
+    with pytest.raises(TypeError, match="unsupported space"):
+        E.space_placeholder(spaces.Tuple((spaces.Discrete(2),
+                                          spaces.Text(2))))

@@ -411,3 +411,83 @@ def test_actor_info_changing_keys_mid_run_names_them():
     with closing(same.rollout(counting_factory, Shifty(), 4, 2)) as feed:
         with pytest.raises(StructureError, match=r"info.*'w'.*'v'|info.*'v'.*'w'"):
             next(feed)
+
+
+# core.evaluate checks the actor as collection does
+
+@pytest.mark.parametrize("action, error, message", [
+    (lambda fin: torch.full(fin.shape, 2.7), TypeError,
+     r"the actor returned an action of dtype torch.float32 for an action "
+     r"space of dtype torch.int64"),
+    (lambda fin: torch.ones(1, 1, dtype=torch.int64), ValueError,
+     r"the actor returned an action of shape \(1, 1\), expected \(1, 3\)"),
+    (lambda fin: torch.ones(*fin.shape, 2, dtype=torch.int64), ValueError,
+     r"the actor returned an action of shape \(1, 3, 2\), expected "
+     r"\(1, 3\)"),
+], ids=["float", "broadcast", "extra-dim"])
+def test_evaluate_checks_the_actors_actions(action, error, message):
+    class Wrong(Actor):
+        def action(self, fin, virtual):
+            # right in the virtual probe, wrong in real steps
+            return super().action(fin, virtual) if virtual else action(fin)
+
+    envs = [CountingEnv(term_every=2) for _ in range(3)]
+    with pytest.raises(error, match=message):
+        evaluate(envs, Wrong(), 3)
+    assert [env.t for env in envs] == [0, 0, 0]  # before any env step
+
+
+def test_evaluate_checks_hx_and_info():
+    class Grows(Actor):
+        def next_hx(self, hx, n_envs):
+            return torch.zeros(1, n_envs, 4) if hx is None else \
+                torch.zeros(1, n_envs, 5)
+
+    with pytest.raises(ValueError, match=r"the actor's hx from step\(\) "
+                                         r"holds \(1, 2, 5\)"):
+        evaluate([CountingEnv(term_every=2), CountingEnv(term_every=2)],
+                 Grows(), 2)
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (0, ValueError, "max_steps must be at least 1, got 0"),
+    (-5, ValueError, "max_steps must be at least 1, got -5"),
+    (2.5, TypeError, "max_steps must be an int, got float 2.5"),
+    ("x", TypeError, "max_steps must be an int, got str 'x'"),
+    (True, TypeError, "max_steps must be an int, got bool True"),
+])
+def test_evaluate_checks_max_steps(value, error, message):
+    env = CountingEnv()
+    with pytest.raises(error, match=f"^{message}$"):
+        evaluate([env], Actor(), 1, max_steps=value)
+    assert env.n_episodes == -1  # checked before any reset
+
+
+def test_evaluate_max_steps_one_and_none():
+    returns, lengths = evaluate([CountingEnv()], Actor(), 2, max_steps=1)
+    assert lengths.tolist() == [1, 1] and returns.tolist() == [1.0, 1.0]
+    _, lengths = evaluate([CountingEnv(term_every=3)], Actor(), 1,
+                          max_steps=None)
+    assert lengths.tolist() == [3]
+
+
+# not an actor at all
+
+@pytest.mark.parametrize("actor, name", [(None, "NoneType"),
+                                         (object(), "object"),
+                                         (torch.nn.Linear(1, 1), "Linear")])
+def test_core_loops_reject_a_non_actor_up_front(actor, name):
+    from rlplay.engine.core import startup
+
+    message = (r"^actor must be a torch.nn.Module with the actor API "
+               r"step\(...\)/reset\(...\) \(see BaseActorModule\), got "
+               + name + "$")
+    env = CountingEnv()
+    with pytest.raises(TypeError, match=message):
+        prepare(env, actor, 2, 1)
+    buffer = prepare(env, Actor(), 2, 1)
+    with pytest.raises(TypeError, match=message):
+        startup([env], actor, buffer)
+    with pytest.raises(TypeError, match=message):
+        evaluate([env], actor, 1)
+    assert env.n_episodes == -1  # no env was reset

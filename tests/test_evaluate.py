@@ -18,7 +18,7 @@ from rlplay.engine.envs import make_envs
 from rlplay.engine.seeds import env_seed_sequences, seed_sequence
 from rlplay.engine.rollout import Evaluation, Evaluator
 from rlplay.engine.rollout.evaluate import EVAL_COLLECTOR
-from rlplay.engine.utils import RolloutTimeout, WorkerDied, WorkerError
+from rlplay.engine import RolloutTimeout, WorkerDied, WorkerError
 
 BOUND = 5.0
 

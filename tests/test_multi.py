@@ -21,7 +21,9 @@ from rlplay.engine.envs import make_envs
 from rlplay.engine.seeds import env_seed_sequences
 from rlplay.engine.nested import flatten, suply
 from rlplay.engine.rollout import multi, same
-from rlplay.engine.utils import get_context, pool, preload_forkserver
+from rlplay.engine.rollout._batch import env_dims
+from rlplay.engine import pool
+from rlplay.engine.utils import get_context, preload_forkserver
 
 # workers unpickle this module's actors by reference, so each would import
 # it (and pytest) anew: have the fork server import them once instead
@@ -85,7 +87,7 @@ def assert_fragments_equal(got, want):
 
 def slot(batch, s, B, hx_dim):
     """The fragment in slot ``s`` of a collated batch."""
-    dims = multi._env_dims(hx_dim)
+    dims = env_dims(hx_dim)
     return type(batch)(*[
         suply(lambda x, dim=dim: x.narrow(dim, s * B, B), field)
         for field, dim in zip(batch, dims)])
@@ -301,12 +303,13 @@ def test_stats_copy_and_closed_iteration():
         stats = feed.stats
         assert stats["batches"] == 2 and stats["steps"] == 2 * 4 * 4
         assert stats["steps_per_s"] > 0 and stats["time_wall"] > 0
-        # the keys of same.rollout, with the same meanings, and its own
+        # one set of keys for every generator, with the same meanings
         assert set(stats) == {
             "steps", "batches", "time_collect", "time_wall",
             "time_learner_wait", "time_worker_wait", "steps_per_s",
             "steps_per_s_collect", "returns", "lengths",
-            "dropped", "version", "lag", "time_collate", "workers"}
+            "dropped", "version", "lag", "time_collate", "workers",
+            "restarts"}
         assert stats["steps_per_s"] == pytest.approx(
             stats["steps"] / stats["time_wall"])
         assert stats["steps_per_s_collect"] == pytest.approx(

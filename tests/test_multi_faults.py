@@ -21,8 +21,9 @@ import torch
 from envs import CountingEnv, FaultyEnv, counting_factory
 from rlplay.engine import BaseActorModule
 from rlplay.engine.rollout import multi
-from rlplay.engine.utils import (RemoteTraceback, RolloutTimeout, WorkerDied,
-                                 WorkerError, get_context, preload_forkserver)
+from rlplay.engine import (RemoteTraceback, RolloutTimeout, WorkerDied,
+                           WorkerError)
+from rlplay.engine.utils import get_context, preload_forkserver
 from test_multi import CountingActor
 
 preload_forkserver(get_context("forkserver"), ("pytest", "envs", __name__))

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from rlplay.engine.utils import (RolloutTimeout, SharedParams, WorkerDied,
-                                 get_context)
-from rlplay.engine.utils.params import bounded_acquire
+from rlplay.engine import RolloutTimeout, WorkerDied
+from rlplay.engine.rollout._params import SharedParams
+from rlplay.engine.utils import bounded_acquire, get_context
 
 
 def _hold_lock_and_die(params, conn):
@@ -76,14 +76,21 @@ def test_bounded_acquire_times_out_on_a_live_holder(with_check):
 
 # ------------------------------------------------- the kit's shared helpers --
 
-def test_the_kit_reexports_its_public_names():
+def test_public_names_live_where_the_readme_says():
+    import rlplay.engine as engine
     import rlplay.engine.utils as utils
-    from rlplay.engine.utils import pool, worker
-    for name in ("CapacityError", "Segment", "check_capacity", "layout",
-                 "views", "Field", "shm_free_bytes", "fd_limit", "open_fds"):
-        assert getattr(utils, name) is getattr(pool, name), name
-        assert name in utils.__all__, name
-    assert utils.start_worker is worker.start_worker
+    from rlplay.engine import errors, pool
+    from rlplay.engine.utils import mp
+    for name in ("CapacityError", "RemoteTraceback", "RolloutError",
+                 "RolloutTimeout", "WorkerDied", "WorkerError"):
+        assert getattr(engine, name) is getattr(errors, name), name
+        assert name in engine.__all__, name
+    assert pool.CapacityError is errors.CapacityError
+    for name in utils.__all__:
+        assert getattr(utils, name) is getattr(mp, name), name
+    # the kit no longer re-exports errors or pool names
+    assert not hasattr(utils, "WorkerError")
+    assert not hasattr(utils, "Segment")
 
 
 def test_worker_died_names_the_worker_and_the_exit():

@@ -6,7 +6,8 @@ import torch
 
 from envs import CountingEnv
 from rlplay.engine import BaseActorModule
-from rlplay.engine.returns import gae, returns, terminated
+from rlplay.engine.nested import suply
+from rlplay.engine.returns import frozen, gae, returns, terminated
 from rlplay.engine.rollout import same
 
 
@@ -205,3 +206,83 @@ def test_returns_from_a_collected_fragment():
                                    reference(f, ref_return, gamma=0.9, n=n))
     torch.testing.assert_close(call(gae, f, gamma=0.9, lam=0.8),
                                reference(f, ref_gae, gamma=0.9, lam=0.8))
+
+
+# sticky fragments: frozen rows
+
+def sticky_fragments(n_fragments=2):
+    """Two sticky fragments of T = 5 from two CountingEnvs under Walk
+    (act = reward = 1 + stepno % 3): env 0 terminates every 2 steps, env 1
+    is truncated at 3 steps."""
+    from rlplay.engine.core import collect, prepare, startup
+
+    envs = [CountingEnv(term_every=2), CountingEnv(trunc_at=3)]
+    actor = Walk()
+    buffer = prepare(envs[0], actor, 5, 2)
+    ctx = startup(envs, actor, buffer)
+    fragments = []
+    for _ in range(n_fragments):
+        collect(actor, buffer, ctx, sticky=True)
+        fragments.append(suply(torch.clone, buffer.pyt))
+    return fragments
+
+
+def test_frozen_rows_of_sticky_fragments():
+    for fragment in sticky_fragments():
+        fin = fragment.state.fin
+        # env 0 ends at row 2, env 1 at row 3; row 0 (an end in the first
+        # fragment's reset row and in the second's previous row T) freezes
+        # nothing
+        assert fin.T.int().tolist() == [[1, 0, 1, 1, 1, 1],
+                                        [1, 0, 0, 1, 1, 1]]
+        assert frozen(fin).T.int().tolist() == [[0, 0, 0, 1, 1, 1],
+                                                [0, 0, 0, 0, 1, 1]]
+        assert frozen(fin.numpy()).equal(frozen(fin))
+
+
+def test_returns_and_gae_with_the_frozen_mask():
+    fragment = sticky_fragments(1)[0]
+    state = fragment.state
+    assert state.rew.T.tolist() == [[0, 1, 2, 0, 0, 0], [0, 1, 2, 3, 0, 0]]
+    assert fragment.truncated.T.int().tolist()[1] == [0, 0, 0, 1, 0, 0]
+    args = (state.rew.double(), state.fin, fragment.truncated,
+            torch.full((6, 2), 0.5, dtype=torch.float64),
+            torch.full((6, 2), 10.0, dtype=torch.float64))
+    mask = frozen(state.fin)
+    # env 0: G1 = 2 (terminated), G0 = 1 + .5 * 2; env 1: G2 = 3 + .5 * 10
+    # (truncated), G1 = 2 + .5 * 8, G0 = 1 + .5 * 6; frozen rows give 0
+    G = returns(*args, gamma=0.5, mask=mask)
+    assert G.T.tolist() == [[2, 2, 0, 0, 0], [4, 6, 8, 0, 0]]
+    assert returns(*args, gamma=0.5).equal(G)  # 0 there anyway
+    assert returns(*args, gamma=0.5, n=1, mask=mask).T.tolist() == \
+        [[1.25, 2, 0, 0, 0], [1.25, 2.25, 8, 0, 0]]
+    # without the mask a frozen row's advantage is -value
+    adv = gae(*args, gamma=0.5, lam=1.0)
+    assert adv.T.tolist() == [[1.5, 1.5, -0.5, -0.5, -0.5],
+                              [3.5, 5.5, 7.5, -0.5, -0.5]]
+    adv = gae(*args, gamma=0.5, lam=1.0, mask=mask)
+    assert adv.T.tolist() == [[1.5, 1.5, 0, 0, 0], [3.5, 5.5, 7.5, 0, 0]]
+    # the masked rows are exactly the actions that were never executed
+    live = ~mask[1:]
+    assert live.T.int().tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+
+
+def test_frozen_rejects_a_fragment_that_is_not_sticky():
+    fin = torch.tensor([[1], [0], [1], [0], [1]]).bool()  # goes on at row 3
+    with pytest.raises(ValueError, match=r"not a sticky fragment: env 0 "
+                                         r"goes on at row 3"):
+        frozen(fin)
+    with pytest.raises(ValueError, match=r"fin must be a bool tensor of "
+                                         r"shape \(1 \+ T, B\), got "
+                                         r"torch.int64 of shape \(5, 1\)"):
+        frozen(fin.long())
+
+
+def test_mask_must_match_fin():
+    f = random_fragment(0)
+    with pytest.raises(ValueError, match=r"mask must be a bool tensor "
+                                         r"shaped as fin \(10, 6\), got "
+                                         r"torch.bool of shape \(9, 6\)"):
+        call(returns, f, gamma=0.9, mask=f["fin"][1:])
+    with pytest.raises(ValueError, match="mask must be a bool tensor"):
+        call(gae, f, gamma=0.9, lam=0.9, mask=f["fin"].int())

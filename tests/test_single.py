@@ -17,7 +17,7 @@ from envs import CountingEnv, FaultyEnv, counting_factory
 from rlplay.engine import BaseActorModule, PolicyActor, episode_stats
 from rlplay.engine.nested import tuply
 from rlplay.engine.rollout import same, single
-from rlplay.engine.utils import WorkerError
+from rlplay.engine import WorkerError
 
 T, B = 5, 3
 ENV_INFO = {"t": 0, "done": 0.0}
@@ -218,9 +218,11 @@ def test_stats():
         stats["steps"] / stats["time_collect"])
 
 
+# one set of keys for every generator (rlplay.engine.rollout._base.Stats)
 STATS_KEYS = {"steps", "batches", "time_collect", "time_wall",
-              "time_learner_wait", "time_worker_wait", "steps_per_s",
-              "steps_per_s_collect", "returns", "lengths"}
+              "time_learner_wait", "time_worker_wait", "time_collate",
+              "steps_per_s", "steps_per_s_collect", "returns", "lengths",
+              "dropped", "version", "lag", "restarts", "workers"}
 
 
 def test_same_reports_the_same_stats():

@@ -20,7 +20,7 @@ from envs import CountingEnv, FaultyEnv, counting_factory, failing_factory
 
 from rlplay.engine import BaseActorModule
 from rlplay.engine.rollout import single
-from rlplay.engine.utils import RolloutTimeout, WorkerDied, WorkerError
+from rlplay.engine import RolloutTimeout, WorkerDied, WorkerError
 
 METHODS = ["fork", "spawn", "forkserver"]
 T, B = 4, 2

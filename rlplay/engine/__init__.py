@@ -1,22 +1,22 @@
 """The collection engine: nested structures, buffers, core loops."""
-from .actor import BaseActorModule, PolicyActor
+from .actor import BaseActorModule, PolicyActor, check_actor
 from .errors import (CapacityError, RemoteTraceback, RolloutError,
                      RolloutTimeout, WorkerDied, WorkerError)
 from .core import (Context, Fragment, Meta, State, Stats, collect, episode,
                    episode_stats, evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
-from .returns import gae, returns
+from .returns import frozen, gae, returns
 from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
-    "BaseActorModule", "PolicyActor",
+    "BaseActorModule", "PolicyActor", "check_actor",
     "CapacityError", "RemoteTraceback", "RolloutError", "RolloutTimeout",
     "WorkerDied", "WorkerError",
     "Context", "Fragment", "Meta", "State", "Stats",
     "collect", "episode", "episode_stats", "evaluate", "prepare", "startup",
     "StructureError", "check_structure", "flatten", "getitem", "setitem",
     "suply", "tuply",
-    "gae", "returns",
+    "frozen", "gae", "returns",
     "Aliased", "aliased", "numpify", "torchify",
 ]

@@ -20,6 +20,9 @@ whose action is never executed. ``info`` is a nested structure of tensors
 Collection calls ``reset(hx, at)`` right after the envs in the bool mask
 ``at`` (shape ``(B,)``) ended an episode, so the next ``step`` sees fresh
 state for them; ``reset`` returns a new ``hx`` and never mutates its input.
+
+:func:`check_actor` tells up front (in the core loops) whether an object is
+an actor at all.
 """
 import inspect
 
@@ -28,7 +31,7 @@ from torch import nn
 
 from .nested import suply
 
-__all__ = ["BaseActorModule", "PolicyActor"]
+__all__ = ["BaseActorModule", "PolicyActor", "check_actor"]
 
 _STEP_POSITIONAL = ("stepno", "obs", "act", "rew", "fin")
 _STEP_KEYWORD = ("hx", "virtual")
@@ -73,13 +76,81 @@ def _check_step_signature(cls, fn):
 def _check_reset_signature(cls, fn):
     signature = inspect.signature(fn)
     params = list(signature.parameters.values())[1:]
-    names = [p.name for p in params
-             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if names != ["hx", "at"] or len(params) != 2:
+    if _reset_problem(params):
         raise TypeError(
             f"{cls.__name__}.reset has signature reset{signature}; the actor "
             f"API expects reset(self, hx, at): two positional inputs, the "
             f"state and the bool mask of envs to reset")
+
+
+def _reset_problem(params):
+    names = [p.name for p in params
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names != ["hx", "at"] or len(params) != 2
+
+
+def check_actor(actor):
+    """Check that ``actor`` is an actor: a :class:`torch.nn.Module` with the
+    actor API ``step`` and ``reset``.
+
+    A :class:`BaseActorModule` had its signatures checked when its class was
+    defined; any other module with ``step`` and ``reset`` methods has them
+    checked here, with the same messages.
+
+    Parameters
+    ----------
+    actor : object
+
+    Returns
+    -------
+    actor : torch.nn.Module
+        The same object.
+
+    Raises
+    ------
+    TypeError
+        ``actor`` is not a module, lacks ``step`` or ``reset``, does not
+        implement ``step`` (a bare :class:`BaseActorModule`), or has
+        signatures other than the actor API's.
+
+    Examples
+    --------
+    >>> check_actor(None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: actor must be a torch.nn.Module with the actor API ... got NoneType
+    """
+    if not isinstance(actor, nn.Module) or not callable(
+            getattr(actor, "step", None)) or not callable(
+            getattr(actor, "reset", None)):
+        raise TypeError(f"actor must be a torch.nn.Module with the actor "
+                        f"API step(...)/reset(...) (see BaseActorModule), "
+                        f"got {type(actor).__name__}")
+    if isinstance(actor, BaseActorModule):
+        if type(actor).step is BaseActorModule.step:
+            raise TypeError(f"actor {type(actor).__name__} does not "
+                            f"implement step(): subclass BaseActorModule "
+                            f"and define step(self, stepno, obs, act, rew, "
+                            f"fin, /, *, hx, virtual)")
+        return actor
+    # a module that follows the API without the base class: its bound
+    # methods' signatures (no `self`) as __init_subclass__ checks a subclass
+    name = type(actor).__name__
+    for method, problem_of, expected in (
+            ("step", _step_problem, "step(self, stepno, obs, act, rew, fin, "
+                                    "/, *, hx, virtual)"),
+            ("reset", _reset_problem, "reset(self, hx, at)")):
+        try:
+            signature = inspect.signature(getattr(actor, method))
+        except (TypeError, ValueError):
+            continue  # a builtin or C method: nothing to inspect
+        problem = problem_of(list(signature.parameters.values()))
+        if problem:
+            detail = f": {problem}" if isinstance(problem, str) else ""
+            raise TypeError(f"{name}.{method} has signature "
+                            f"{method}{signature}; the actor API expects "
+                            f"{expected}{detail}")
+    return actor
 
 
 class BaseActorModule(nn.Module):
@@ -169,6 +240,13 @@ class PolicyActor(BaseActorModule):
     ``Normal`` over a ``Box``) ``logp`` keeps those dimensions: wrap it in
     :class:`torch.distributions.Independent` for one joint ``logp``.
 
+    For logits, :meth:`step` samples with the operations of
+    :class:`torch.distributions.Categorical` without building one (the
+    object costs more than a small policy): the actions and ``logp`` are
+    identical to ``Categorical(logits=...)``'s for the same generator
+    state. :meth:`forward` still returns the distribution, and a subclass
+    that overrides it is called as before.
+
     Examples
     --------
     >>> actor = PolicyActor(nn.Sequential(nn.Linear(4, 32), nn.Tanh(),
@@ -182,11 +260,7 @@ class PolicyActor(BaseActorModule):
 
     def forward(self, obs):
         """Distribution and (possibly ``None``) value of observations."""
-        out = self.policy(obs)
-        value = None
-        if isinstance(out, tuple):
-            out, value = out
-            value = value.squeeze(-1) if value.dim() == obs.dim() else value
+        out, value = self._policy(obs)
         if not isinstance(out, torch.distributions.Distribution):
             # argument validation costs a third of a small policy's step;
             # invalid (NaN) logits still fail, in sample()
@@ -194,12 +268,32 @@ class PolicyActor(BaseActorModule):
                                                   validate_args=False)
         return out, value
 
+    def _policy(self, obs):
+        out = self.policy(obs)
+        value = None
+        if isinstance(out, tuple):
+            out, value = out
+            value = value.squeeze(-1) if value.dim() == obs.dim() else value
+        return out, value
+
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        dist, value = self(obs)
-        if not self.training and self.greedy_in_eval:
-            action = _mode(dist)
-        else:
-            action = dist.sample()
+        greedy = not self.training and self.greedy_in_eval
+        if type(self).forward is PolicyActor.forward and not (
+                self._forward_hooks or self._forward_pre_hooks
+                or "forward" in self.__dict__):
+            out, value = self._policy(obs)
+            if isinstance(out, torch.Tensor):
+                # logits: sample without building a Categorical (which
+                # costs more than a small policy's forward pass)
+                action, logp = _sample_logits(out, greedy)
+                info = {"logp": logp}
+                if value is not None:
+                    info["value"] = value
+                return action, (), info
+            dist = out
+        else:  # another forward, or hooks on this module: call it
+            dist, value = self(obs)
+        action = _mode(dist) if greedy else dist.sample()
         info = {"logp": dist.log_prob(action)}
         if value is not None:
             info["value"] = value
@@ -207,6 +301,28 @@ class PolicyActor(BaseActorModule):
 
     def reset(self, hx, at):
         return ()
+
+
+def _sample_logits(logits, greedy=False):
+    """``Categorical(logits=logits)``'s ``sample()`` (or ``mode``) and its
+    ``log_prob``, without the distribution object.
+
+    The same operations as ``torch.distributions.Categorical`` (torch 2.x):
+    the logits are normalised by ``logsumexp``, the probabilities are their
+    ``softmax``, and a sample is ``torch.multinomial(probs_2d, 1, True)``,
+    so that for the same generator state the actions and log-probabilities
+    are identical to the distribution's.
+    """
+    logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+    probs = torch.softmax(logits, dim=-1)
+    if greedy:
+        action = probs.argmax(dim=-1)
+    else:
+        n_events = probs.shape[-1]
+        action = torch.multinomial(probs.reshape(-1, n_events), 1, True)
+        action = action.reshape(probs.shape[:-1])
+    logp = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    return action, logp
 
 
 def _mode(dist):

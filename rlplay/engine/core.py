@@ -49,8 +49,29 @@ field                    shape            row ``t`` holds
 Row ``T`` of one fragment equals row 0 of the next one from the same envs
 (``actor`` excepted: row 0 comes from the real step, row ``T`` from the
 lookahead). Row 0 of the very first fragment holds the reset observation
-with ``fin = True``, ``act`` and ``rew`` zero. Episode statistics count rows
-``1..T`` only (row 0 repeats the previous fragment's row ``T``).
+with ``fin = True``, ``rew`` zero and, as ``act``, the action space's
+placeholder: the valid action nearest zero, leaf by leaf (zero where zero
+is valid; ``start`` for ``Discrete(n, start=1)``, ``low`` for ``Box(1,
+2)``; see :func:`rlplay.engine.envs.space_placeholder`). Episode statistics
+count rows ``1..T`` only (row 0 repeats the previous fragment's row ``T``).
+
+The env gets its own copy of each action (a numpy scalar, or a view of a
+fresh copy of the step's action row): an env that edits or keeps its
+action never changes ``state.act``.
+
+Space checks (``check_spaces``, see :func:`collect`): the actor's actions
+are checked against the action space before the envs get them, and the
+observations from ``reset`` and ``step`` against the observation space, as
+a vectorised ``space.contains`` (:func:`rlplay.engine.envs.space_checker`):
+``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary`` 0/1,
+``Box`` NaN and bounds (bounds for observations only: policies sample
+outside a ``Box`` of actions and Gymnasium's envs clip them), integral
+values for integer spaces. By default this covers every step of the first
+fragment that each :class:`Context` collects, as Gymnasium's passive env
+checker covers an env's first steps; later fragments pay nothing. A
+failure is a ``ValueError`` naming the env column ``j``, the step ``t``
+within the fragment and the value, e.g. ``env 3 step 5: the actor's action
+7 is outside the action space Discrete(3)``.
 
 With ``sticky=True`` an env whose episode ends at row ``t`` is not stepped
 again in this fragment: every later row ``t' > t`` of that env repeats row
@@ -58,7 +79,11 @@ again in this fragment: every later row ``t' > t`` of that env repeats row
 ``final``, ``fin = True``) with ``rew = 0``, ``truncated = False``, zero
 statistics and no env info (mask ``False``, values zero); ``actor`` holds
 what the actor computed there, and its ``hx`` is reset at every such row.
-The next fragment carries on from the reset observation.
+The next fragment carries on from the reset observation. These frozen rows
+look like episodes that end at once: :func:`rlplay.engine.returns.frozen`
+finds them (rows after the first end in rows ``1..T``), and the ``mask=``
+of :func:`~rlplay.engine.returns.returns` and
+:func:`~rlplay.engine.returns.gae` zeroes their results.
 """
 from collections import namedtuple
 
@@ -66,6 +91,7 @@ import numpy as np
 import torch
 
 from . import envs as _envs
+from .actor import check_actor
 from .seeds import reset_seed, seed_sequence
 from .nested import (StructureError, check_structure, flatten, getitem,
                      suply)
@@ -84,7 +110,13 @@ __all__ = [
     "evaluate",
     "episode",
     "episode_stats",
+    "CHECK_SPACES",
 ]
+
+# the values of collect()'s and evaluate()'s check_spaces=
+CHECK_SPACES = ("first", "always", "never")
+# the end of every space-check message: how to turn the checks off
+_CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
 State = namedtuple("State", "stepno obs act rew fin")
 Stats = namedtuple("Stats", "ret length")
@@ -106,7 +138,8 @@ def check_count(name, value, minimum=1):
         Too small; the message says what was given.
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} "
+                        f"{value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
@@ -116,10 +149,19 @@ def _check_counts(n_steps, n_envs):
     check_count("n_envs", n_envs)
 
 
+def _check_spaces_mode(check_spaces):
+    if not isinstance(check_spaces, str) or check_spaces not in CHECK_SPACES:
+        raise ValueError(f"check_spaces must be one of 'first', 'always' "
+                         f"or 'never', got {check_spaces!r}")
+    return check_spaces
+
+
 def _state_example(env):
+    """One row laid out for ``env``: placeholders (valid elements) of its
+    spaces, so that the actor's probe sees valid values."""
     return State(stepno=np.zeros((), np.int64),
-                 obs=_envs.space_example(env.observation_space),
-                 act=_envs.space_example(env.action_space),
+                 obs=_envs.space_placeholder(env.observation_space),
+                 act=_envs.space_placeholder(env.action_space),
                  rew=np.zeros((), np.float32),
                  fin=np.ones((), bool))
 
@@ -237,9 +279,11 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
     Raises
     ------
     TypeError, ValueError
-        Bad counts, unsupported spaces, or an actor whose action, ``hx`` or
+        Not an actor (:func:`~rlplay.engine.actor.check_actor`), bad
+        counts, unsupported spaces, or an actor whose action, ``hx`` or
         ``info`` do not fit.
     """
+    check_actor(actor)
     _check_counts(n_steps, n_envs)
     example = _state_example(env)
     row = torchify(example, 1, n_envs)
@@ -283,31 +327,72 @@ class _Views:
         npy, pyt = buffer
         T1 = npy.state.fin.shape[0]
         self.buffer = buffer
-        self.rows = [getitem(pyt.state, slice(t, t + 1)) for t in range(T1)]
+        rows = [getitem(pyt.state, slice(t, t + 1)) for t in range(T1)]
+        self.rows = rows
         self.actor = [getitem(pyt.actor, slice(t, t + 1)) for t in range(T1)]
-        self.state = [getitem(npy.state, t) for t in range(T1)]
-        self.truncated = [npy.truncated[t] for t in range(T1)]
-        self.final = [getitem(npy.final, t) for t in range(T1)]
-        self.ret = [npy.stats.ret[t] for t in range(T1)]
-        self.length = [npy.stats.length[t] for t in range(T1)]
-        self.env = [getitem(npy.env, t) for t in range(T1 - 1)]
-        self.env_mask = [getitem(npy.env_mask, t) for t in range(T1 - 1)]
-        # (obs leaf, final leaf) pairs of each row, for the vectorised copy
-        # of the observations into `final` where no episode ended
-        self.obs_final = [list(zip(flatten(self.state[t].obs),
-                                   flatten(self.final[t])))
-                          for t in range(T1)]
-        # a (B,) bool scratch row, and views of it shaped to broadcast
-        # against every obs leaf (np.copyto's `where`)
-        self.not_fin = np.empty(npy.state.fin.shape[1], bool)
+        state = [getitem(npy.state, t) for t in range(T1)]
+        final = [getitem(npy.final, t) for t in range(T1)]
+        self.state, self.final = state, final
+        self.ramp = np.arange(T1, dtype=np.int64)
+        # what step t reads and writes, in one tuple per step: the loop
+        # unpacks it instead of indexing a dozen lists
+        self.steps = [
+            (rows[t], rows[t + 1].act, self.actor[t], state[t],
+             state[t + 1], npy.truncated[t + 1], final[t + 1],
+             npy.stats.ret[t + 1], npy.stats.length[t + 1],
+             getitem(npy.env, t), getitem(npy.env_mask, t))
+            for t in range(T1 - 1)]
+        # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
+        # scratch with views of it shaped to broadcast against every obs
+        # leaf: `final` is the observation itself where no episode ended,
+        # copied once per fragment (np.copyto's `where`)
+        self.obs_final = [(obs_leaf[1:], final_leaf[1:])
+                          for obs_leaf, final_leaf in zip(
+                              flatten(npy.state.obs), flatten(npy.final))]
+        self.not_fin = np.empty((T1 - 1, npy.state.fin.shape[1]), bool)
         self.not_fin_like = [
-            self.not_fin.reshape(-1, *[1] * (leaf.ndim - 2))
+            self.not_fin.reshape(*self.not_fin.shape, *[1] * (leaf.ndim - 2))
             for leaf in flatten(npy.state.obs)]
         # the shape of a single-array observation of one env, for the
         # inlined write in the loop (None for nested observations)
         obs = npy.state.obs
         self.obs_shape = obs.shape[2:] if isinstance(obs, np.ndarray) \
             else None
+        # do integer observation leaves need the cast check of _check_cast?
+        self.obs_integral = any(leaf.dtype.kind in "biu"
+                                for leaf in flatten(obs))
+        # how the env gets its action (see _env_actions)
+        self.act_kind = _act_kind(npy.state.act, 2)
+
+
+# how _env_actions hands one env its action: items of a (B,) row are numpy
+# scalars, copies already; a (B, ...) row is copied once per step and each
+# env gets a view of that fresh copy; a nested row is walked
+_ACT_SCALARS, _ACT_ARRAYS, _ACT_NESTED = range(3)
+
+
+def _act_kind(act, n_leading):
+    """The ``_ACT_*`` kind of actions laid out as ``act``, whose leaves have
+    ``n_leading`` dimensions before the action space's shape."""
+    if not isinstance(act, np.ndarray):
+        return _ACT_NESTED
+    return _ACT_SCALARS if act.ndim == n_leading else _ACT_ARRAYS
+
+
+def _env_actions(act_row, kind, n_envs):
+    """Per-env actions (``[j]``) that are not views of the buffer row, so
+    that an env that edits its action in place (``np.clip(a, -1, 1,
+    out=a)``) or keeps it does not change what was recorded."""
+    if kind == _ACT_SCALARS:
+        return act_row
+    if kind == _ACT_ARRAYS:
+        return act_row.copy()
+    fresh = suply(_fresh_rows, act_row)
+    return [getitem(fresh, j) for j in range(n_envs)]
+
+
+def _fresh_rows(leaf):
+    return leaf if leaf.ndim == 1 else leaf.copy()
 
 
 def _copier(dst):
@@ -319,7 +404,7 @@ def _copier(dst):
     still checks the real structures (``_check_action``).
     """
     if isinstance(dst, torch.Tensor):
-        return lambda d, s: d.copy_(s)
+        return torch.Tensor.copy_
     if type(dst) is dict and not dst:
         return _copy_nothing
     if type(dst) is dict and all(isinstance(v, torch.Tensor)
@@ -348,6 +433,69 @@ def _copy_flat_dict(dst, src):
         leaf.copy_(src[key])
 
 
+class _SpaceChecks:
+    """The space checkers of one env's spaces (see :func:`collect`)."""
+
+    def __init__(self, env):
+        self.act = _envs.space_checker(
+            env.action_space, "the actor's action", "the action space",
+            box_bounds=False)
+        self.obs = _envs.space_checker(
+            env.observation_space, "the observation",
+            "the observation space")
+
+    def action(self, act_row, t, envs_at=None):
+        """Raise for the first action of ``act_row`` (B, ...) outside the
+        action space; ``envs_at`` maps its rows to env columns."""
+        problem = self.act(act_row)
+        if problem is not None:
+            j, message = problem
+            j = j if envs_at is None else int(envs_at[j])
+            raise ValueError(f"env {j} step {t}: {message}{_CHECK_HINT}")
+
+    def observation(self, obs_row, label, envs_at=None):
+        """Raise for the first observation of ``obs_row`` outside the
+        observation space; ``label(j)`` says where it came from."""
+        problem = self.obs(obs_row)
+        if problem is not None:
+            j, message = problem
+            j = j if envs_at is None else int(envs_at[j])
+            raise ValueError(f"{label(j)}: {message}{_CHECK_HINT}")
+
+
+def _cast_problem(tree, j, obs):
+    """What recording ``obs`` in row ``j`` of ``tree`` lost, or ``None``:
+    an integer or bool leaf that does not hold the value given (2.7 in an
+    int64 leaf records 2, -1 in a uint8 one 255)."""
+    problems = []
+
+    def check(leaf, value):
+        if leaf.dtype.kind in "biu" and not problems:
+            value, recorded = np.asarray(value), leaf[j]
+            if np.array_equal(recorded, value):
+                return
+            if value.size <= 8:
+                problems.append(
+                    f"the observation {_envs._format_value(value)} does not "
+                    f"fit its space's dtype {leaf.dtype} (recorded as "
+                    f"{_envs._format_value(recorded)})")
+            else:  # the first element that changed
+                index = tuple(np.argwhere(recorded != value)[0].tolist())
+                problems.append(
+                    f"the observation holds {value[index].item()!r} at "
+                    f"{list(index)}, which its space's dtype {leaf.dtype} "
+                    f"records as {recorded[index].item()!r}")
+
+    suply(check, tree, obs)
+    return problems[0] if problems else None
+
+
+def _check_cast(tree, j, obs, label):
+    problem = _cast_problem(tree, j, obs)
+    if problem is not None:
+        raise ValueError(f"{label}: {problem}{_CHECK_HINT}")
+
+
 class Context:
     """The state of an ongoing collection, carried from fragment to fragment.
 
@@ -367,6 +515,9 @@ class Context:
         Worker index recorded in ``meta.worker``.
     env_ids : ndarray, shape = (B,)
         Global env indices recorded in ``meta.env``.
+    spaces_checked : bool
+        A fragment was collected with space checks (so
+        ``check_spaces='first'`` checks no more).
     """
 
     def __init__(self, envs, buffer, worker=0, env_ids=None):
@@ -381,6 +532,11 @@ class Context:
         self.env_ids = (np.arange(len(envs)) if env_ids is None
                         else np.asarray(env_ids, np.int64))
         self.env_keys = tuple(npy.env_mask)
+        self.spaces_checked = False
+        # `last` holds the reset observations (row 0 of the first fragment)
+        # and what recording them lost, for the first checked fragment
+        self._fresh, self._reset_problem = False, None
+        self._checks = None
         self._views = {}
 
     def views(self, buffer):
@@ -388,6 +544,11 @@ class Context:
         if views is None or views.buffer is not buffer:
             views = self._views[id(buffer)] = _Views(buffer)
         return views
+
+    def space_checks(self):
+        if self._checks is None:
+            self._checks = _SpaceChecks(self.envs[0])
+        return self._checks
 
 
 def _write_obs(tree, j, value, what):
@@ -425,6 +586,11 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
             env_ids=None):
     """Reset the envs and return the :class:`Context` of a collection.
 
+    Row 0 of the first fragment (``ctx.last``) gets the reset observations,
+    ``fin = True`` and the action space's placeholder as ``act`` (see the
+    module docstring). The reset observations are space-checked by the
+    first :func:`collect` that checks spaces.
+
     Parameters
     ----------
     envs : list of gymnasium.Env
@@ -438,7 +604,16 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
         Recorded in ``meta.worker``.
     env_ids : array of int, optional
         Global env indices recorded in ``meta.env`` (``0..B-1`` by default).
+
+    Raises
+    ------
+    TypeError
+        ``actor`` is not an actor
+        (:func:`~rlplay.engine.actor.check_actor`).
+    ValueError
+        As many envs as the buffer has columns are needed.
     """
+    check_actor(actor)
     if len(envs) != buffer.npy.state.fin.shape[1]:
         raise ValueError(f"{len(envs)} envs for a buffer of "
                          f"{buffer.npy.state.fin.shape[1]}")
@@ -450,6 +625,13 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
                           else seed_sequences[j])
         obs, _ = _envs.reset(env, seed=seed)
         write(state.obs, j, obs, "reset()")
+        if ctx._reset_problem is None:
+            problem = _cast_problem(state.obs, j, obs)
+            if problem is not None:
+                ctx._reset_problem = f"env {j} reset(): {problem}"
+    ctx._fresh = True
+    suply(np.copyto, state.act,
+          _envs.space_placeholder(envs[0].action_space))
     state.fin[:] = True
     if final is not None:
         suply(np.copyto, final, state.obs)
@@ -459,8 +641,13 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
     return ctx
 
 
+def _reset_label(j):
+    return f"env {j} reset()"
+
+
 @torch.no_grad()
-def collect(actor, buffer, ctx, *, sticky=False, version=0):
+def collect(actor, buffer, ctx, *, sticky=False, version=0,
+            check_spaces="first"):
     """Fill ``buffer`` in place with the next fragment of ``ctx``'s envs.
 
     Parameters
@@ -472,18 +659,38 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
         From :func:`startup`; advanced in place.
     sticky : bool
         Stop stepping an env for the rest of the fragment once its episode
-        ended (see the module docstring for what the frozen rows hold).
+        ended (see the module docstring for what the frozen rows hold, and
+        :func:`rlplay.engine.returns.frozen` to mask them).
     version : int
         The parameter version recorded in ``meta.version``.
+    check_spaces : {'first', 'always', 'never'}
+        When to check actions and observations against the env's spaces
+        (see the module docstring): ``'first'``, every step of the first
+        fragment collected with ``ctx`` (with the reset observations of
+        :func:`startup` in its row 0); ``'always'``, every step of every
+        fragment; ``'never'``. The spaces are those of ``ctx.envs[0]``.
 
     Returns
     -------
     buffer : Aliased
         The same buffer.
+
+    Raises
+    ------
+    ValueError
+        A bad ``check_spaces``; an action or observation outside its space
+        (the message names the env column ``j`` and the step ``t``).
+    TypeError, ValueError, StructureError
+        An action, ``hx``, ``info`` or observation that does not fit the
+        buffer's layout.
     """
+    mode = _check_spaces_mode(check_spaces)
+    checking = mode == "always" or (mode == "first"
+                                    and not ctx.spaces_checked)
     npy, pyt = buffer
     views = ctx.views(buffer)
-    envs, T = ctx.envs, len(views.rows) - 1
+    envs, T = ctx.envs, len(views.steps)
+    n_envs = len(envs)
     # rows whose env goes on hold fin = truncated = False and no episode
     # statistics: clear those fields once for the fragment (row 0 comes
     # from the previous one next); the loop writes only where episodes end
@@ -495,7 +702,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
     hx = ctx.hx
     copy_(pyt.hx, hx)
     write_obs = _obs_writer(npy.state.obs)
-    act_is_array = isinstance(npy.state.act, np.ndarray)
+    act_kind = views.act_kind
     has_final = npy.final is not None
     keys = ctx.env_keys
     # env info is written only where present: clear the whole fragment once
@@ -504,94 +711,114 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
         leaf.fill(0)
     for leaf in npy.env_mask.values():
         leaf.fill(False)
-    # per-env running statistics as Python numbers (cheaper to update than
-    # numpy scalars), written back to `ctx` at the end
-    ep_return, ep_length = ctx.ep_return.tolist(), ctx.ep_length.tolist()
-    frozen = [False] * len(envs)
-    fin_at = torch.zeros(len(envs), dtype=torch.bool)
+    # per-env running returns as Python numbers (cheaper to update than
+    # numpy scalars), written back to `ctx` at the end; an episode's length
+    # is its step count, `stepno`, plus the step that ends it
+    ep_return = ctx.ep_return.tolist()
+    # the (j, env) stepped in this fragment, and the columns frozen (sticky)
+    live, frozen = list(enumerate(envs)), []
+    fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
-    not_fin, not_fin_like = views.not_fin, views.not_fin_like
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
+    # the inlined observation write below applies to a single array of
+    # this shape; while checking, integer observations take the checked
+    # path (None matches no shape)
     obs_shape = views.obs_shape
+    if checking:
+        checks = ctx.space_checks()
+        if views.obs_integral:
+            obs_shape = None
+        if ctx._fresh:  # row 0 holds the reset observations
+            if ctx._reset_problem is not None:
+                raise ValueError(ctx._reset_problem + _CHECK_HINT)
+            checks.observation(views.state[0].obs, _reset_label)
     # a feed-forward actor's hx is (): nothing to reset
     stateless = type(hx) is tuple and not hx
+    # the step counts of episodes that go on, for the whole fragment at
+    # once; the loop rewrites an env's column from where its episode ends
+    stepno, ramp = npy.state.stepno, views.ramp
+    np.add(stepno[0], ramp[:, None], out=stepno)
 
     for t in range(T):
-        act, hx_next, info = actor.step(*views.rows[t], hx=hx, virtual=False)
+        (row_pyt, act_dst, info_dst, row, row_next, truncated_next,
+         final_next, ret_next, length_next, env_info, env_mask) = \
+            views.steps[t]
+        act, hx_next, info = actor.step(*row_pyt, hx=hx, virtual=False)
         if t == 0:
             # prepare() checked a virtual call; check a real one too, once
             # per fragment, before copy_ could broadcast a wrong shape
-            _check_action(act, views.rows[t + 1].act)
+            _check_action(act, act_dst)
             _check_hx(hx_next, hx, "step()", "the hx it was given")
-            _check_info(info, len(envs))
-        copy_info(views.actor[t], info)
-        row, row_next = views.state[t], views.state[t + 1]
-        copy_act(views.rows[t + 1].act, act)
-        stepno, stepno_next = row.stepno, row_next.stepno
+            _check_info(info, n_envs)
+        copy_info(info_dst, info)
+        copy_act(act_dst, act)
         obs_next, act_next = row_next.obs, row_next.act
         rew_next, fin_next = row_next.rew, row_next.fin
-        truncated_next = views.truncated[t + 1]
-        final_next = views.final[t + 1]
-        ret_next, length_next = views.ret[t + 1], views.length[t + 1]
-        env_info, env_mask = views.env[t], views.env_mask[t]
-        # the step count of an env whose episode goes on, for the whole row
-        # at once; the loop below overwrites the envs that end or are frozen
-        np.add(stepno, 1, out=stepno_next)
+        if checking:
+            checks.action(act_next, t)
+        acts = act_next if act_kind == _ACT_SCALARS else _env_actions(
+            act_next, act_kind, n_envs)
         ended = False
+        if frozen:
+            final_row = views.final[t]
+            for j in frozen:
+                _freeze(row, row_next, final_row, final_next, j)
+            ended = True
 
-        for j, env in enumerate(envs):
-            if frozen[j]:
-                _freeze(row, row_next, views.final[t], final_next, j)
-                ended = True
-                continue
-
-            result = env.step(act_next[j] if act_is_array
-                              else getitem(act_next, j))
+        for j, env in live:
+            result = env.step(acts[j])
             try:
                 obs, rew, terminated, truncated, info = result
             except (TypeError, ValueError):
                 _envs.check_step(env, result)  # raises a clear TypeError
                 raise
             ep_return[j] += float(rew)
-            ep_length[j] += 1
             rew_next[j] = rew
-            for key in keys:
-                if key in info:
-                    _write_info(env_info[key], j, info[key], key)
-                    env_mask[key][j] = True
+            if keys:
+                for key in keys:
+                    if key in info:
+                        _write_info(env_info[key], j, info[key], key)
+                        env_mask[key][j] = True
 
             if terminated or truncated:
                 if has_final:
                     write_obs(final_next, j, obs, "step()")
-                ret_next[j], length_next[j] = ep_return[j], ep_length[j]
-                ep_return[j], ep_length[j] = 0.0, 0
+                    if checking:
+                        _check_final(checks, final_next, j, obs, t)
+                ret_next[j], length_next[j] = ep_return[j], row.stepno[j] + 1
+                ep_return[j] = 0.0
                 obs, _ = _envs.reset(env)
                 truncated_next[j] = truncated and not terminated
                 fin_next[j] = True
-                stepno_next[j] = 0
-                frozen[j] = sticky
+                # the new episode's step counts, down the rest of the column
+                stepno[t + 1:, j] = ramp[:T - t]
                 ended = True
             # the common case inlined: an array of the declared shape
             if type(obs) is np.ndarray and obs.shape == obs_shape:
                 obs_next[j] = obs
             else:
                 write_obs(obs_next, j, obs, "step()")
+                if checking:
+                    _check_cast(obs_next, j, obs, _step_label(
+                        t, fin_next)(j))
 
-        if has_final:
-            # `final` is the observation itself where no episode ended
-            if ended:
-                np.logical_not(fin_next, out=not_fin)
-                for (obs_leaf, final_leaf), where in zip(
-                        views.obs_final[t + 1], not_fin_like):
-                    np.copyto(final_leaf, obs_leaf, where=where)
-            else:
-                for obs_leaf, final_leaf in views.obs_final[t + 1]:
-                    np.copyto(final_leaf, obs_leaf)
+        if checking:
+            checks.observation(obs_next, _step_label(t, fin_next))
+        if sticky and ended:  # every env whose episode ended is frozen
+            live = [(j, env) for j, env in live if not fin_next[j]]
+            frozen = np.flatnonzero(fin_next).tolist()
         hx = hx_next
         if ended and not stateless:
             np.copyto(fin_np, fin_next)
             hx = actor.reset(hx, fin_at.clone())
 
+    if has_final:
+        # `final` is the observation itself where no episode ended: copied
+        # once for the fragment (the loop wrote the rest)
+        np.logical_not(npy.state.fin[1:], out=views.not_fin)
+        for (obs_leaf, final_leaf), where in zip(views.obs_final,
+                                                 views.not_fin_like):
+            np.copyto(final_leaf, obs_leaf, where=where)
     _, _, info = actor.step(*views.rows[T], hx=hx, virtual=True)
     copy_(views.actor[T], info)
     npy.meta.version[:] = version
@@ -599,11 +826,31 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0):
     npy.meta.env[:] = ctx.env_ids
     npy.meta.seq[:] = ctx.seq
     ctx.ep_return[:] = ep_return
-    ctx.ep_length[:] = ep_length
+    ctx.ep_length[:] = npy.state.stepno[T]
     ctx.hx = hx
     ctx.seq += 1
+    ctx._fresh = False
+    if checking:
+        ctx.spaces_checked = True
     suply(np.copyto, ctx.last, _row_fields(npy, T))
     return buffer
+
+
+def _step_label(t, fin_next):
+    """``label(j)``: where the observation of env ``j`` at step ``t`` came
+    from (``reset()`` where the episode ended)."""
+    def label(j):
+        return f"env {j} step {t}" + (", reset()" if fin_next[j] else "")
+    return label
+
+
+def _check_final(checks, final_next, j, obs, t):
+    """Check the true last observation of env ``j``'s episode, recorded in
+    ``final_next``."""
+    def label(_):
+        return f"env {j} step {t}"
+    _check_cast(final_next, j, obs, label(j))
+    checks.observation(getitem(final_next, slice(j, j + 1)), label)
 
 
 def _copy_into(dst, value, *, j):
@@ -659,13 +906,14 @@ def episode_stats(fragment):
 
 @torch.no_grad()
 def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
-             max_steps=None):
+             max_steps=None, check_spaces="first"):
     """Play ``n_episodes`` whole episodes with ``actor``, in this process.
 
     Each of the ``B`` envs plays ``ceil(n_episodes / B)`` episodes (so that
     short episodes are not favoured); the first ``n_episodes`` results, in
     env order, are returned. The actor is used as it is (call ``eval()``
-    first for greedy actions).
+    first for greedy actions). Its actions, ``hx`` and ``info`` are checked
+    at every step as :func:`collect` checks them once per fragment.
 
     Parameters
     ----------
@@ -675,46 +923,88 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     seed_sequences : list of SeedSequence, optional
         Reset seeds for the first episode of each env.
     max_steps : int, optional
-        Stop an episode after this many steps (counted as truncated).
+        Stop an episode after this many steps (counted as truncated); at
+        least 1, or ``None`` for no limit.
+    check_spaces : {'first', 'always', 'never'}
+        Check actions and observations against the env's spaces, as
+        :func:`collect` does: ``'first'``, until every env has finished its
+        first episode of this call (the reset observations included);
+        ``'always'``, at every step; ``'never'``.
 
     Returns
     -------
     returns : ndarray of float64, shape = (n_episodes,)
     lengths : ndarray of int64, shape = (n_episodes,)
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not an actor, bad counts, ``max_steps`` or ``check_spaces``; an
+        action, ``hx`` or ``info`` that does not fit; an action or
+        observation outside its space (naming the env ``j`` and the step
+        ``t``, counted from the start of the call).
     """
+    check_actor(actor)
     _check_counts(1, len(envs))
     check_count("n_episodes", n_episodes)
+    if max_steps is not None:
+        check_count("max_steps", max_steps)
+    mode = _check_spaces_mode(check_spaces)
     n_envs = len(envs)
     quota = -(-n_episodes // n_envs)
     example = _state_example(envs[0])
     state = aliased(example, 1, n_envs)
-    row, obs_npy = state.pyt, getitem(state.npy.obs, 0)
+    row, npy = state.pyt, getitem(state.npy, 0)
+    obs_npy = npy.obs
+    suply(np.copyto, npy.act, example.act)  # the placeholder, as startup
     write = _obs_writer(obs_npy)
+    checks = None if mode == "never" else _SpaceChecks(envs[0])
     for j, env in enumerate(envs):
         seed = reset_seed(None if seed_sequences is None
                           else seed_sequences[j])
         obs, _ = _envs.reset(env, seed=seed)
         write(obs_npy, j, obs, "reset()")
-    state.npy.fin[:] = True
+        if checks is not None:
+            _check_cast(obs_npy, j, obs, _reset_label(j))
+    if checks is not None:
+        checks.observation(obs_npy, _reset_label)
+    npy.fin[:] = True
     hx = _initial_hx(actor, row)
     results = [[] for _ in envs]
     running = np.zeros((n_envs, 2))
     active = np.ones(n_envs, bool)
-    npy = getitem(state.npy, 0)
+    act_kind = _act_kind(npy.act, 1)
+    n_first = 0  # envs that finished their first episode
+    t = 0
     while active.any():
-        act, hx, _ = actor.step(*row, hx=hx, virtual=False)
+        checking = checks is not None and (mode == "always"
+                                           or n_first < n_envs)
+        act, hx_next, info = actor.step(*row, hx=hx, virtual=False)
+        # as collect() checks each fragment's first step, before copy_
+        # could broadcast a wrong shape or cast a wrong dtype
+        _check_action(act, row.act)
+        _check_hx(hx_next, hx, "step()", "the hx it was given")
+        _check_info(info, n_envs)
+        hx = hx_next
         copy_(row.act, act)
+        if checking:
+            live = np.flatnonzero(active)
+            checks.action(getitem(npy.act, live), t, live)
+        acts = _env_actions(npy.act, act_kind, n_envs)
         for j, env in enumerate(envs):
             if not active[j]:
                 continue
-            obs, rew, terminated, truncated, _ = env.step(
-                getitem(npy.act, j))
+            obs, rew, terminated, truncated, _ = env.step(acts[j])
             running[j] += (rew, 1)
             npy.rew[j] = rew
             done = terminated or truncated or (
                 max_steps is not None and running[j, 1] >= max_steps)
             if done:
+                if checking:  # the last observation, never written else
+                    write(obs_npy, j, obs, "step()")
+                    _check_final(checks, obs_npy, j, obs, t)
                 results[j].append(tuple(running[j]))
+                n_first += len(results[j]) == 1
                 running[j] = 0
                 active[j] = len(results[j]) < quota
                 if active[j]:
@@ -722,16 +1012,27 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
             npy.fin[j] = done
             npy.stepno[j] = 0 if done else npy.stepno[j] + 1
             write(obs_npy, j, obs, "step()")
+            if checking:
+                _check_cast(obs_npy, j, obs, _step_label(t, npy.fin)(j))
+        if checking:
+            live = np.flatnonzero(active)
+            checks.observation(getitem(obs_npy, live),
+                               _step_label(t, npy.fin), live)
         if npy.fin.any():
             hx = actor.reset(hx, torch.from_numpy(npy.fin.copy()))
+        t += 1
     flat = [pair for per_env in results for pair in per_env][:n_episodes]
     returns, lengths = np.array(flat).T
     return returns.astype(np.float64), lengths.astype(np.int64)
 
 
-def episode(env, actor, *, seed=None, max_steps=None):
-    """Play one episode; return its ``(return, length)``."""
+def episode(env, actor, *, seed=None, max_steps=None, check_spaces="first"):
+    """Play one episode; return its ``(return, length)``.
+
+    The keywords are as in :func:`evaluate`.
+    """
     seeds = None if seed is None else [seed_sequence(seed)]
     returns, lengths = evaluate([env], actor, 1, seed_sequences=seeds,
-                                max_steps=max_steps)
+                                max_steps=max_steps,
+                                check_spaces=check_spaces)
     return float(returns[0]), int(lengths[0])

@@ -3,13 +3,19 @@
 Gymnasium 1.x: ``reset(seed=...)`` returns ``(obs, info)`` and ``step(act)``
 returns ``(obs, reward, terminated, truncated, info)``. Spaces map to example
 leaves (zero arrays) that size the buffers: ``Box``, ``Discrete``,
-``MultiDiscrete``, ``MultiBinary`` and ``Dict``/``Tuple`` nestings of them.
+``MultiDiscrete``, ``MultiBinary`` and ``Dict``/``Tuple`` nestings of them;
+:func:`space_placeholder` gives a valid element of a space (what the first
+row of a fragment records as the action that led there), and
+:func:`space_checker` a vectorised membership test of a batch of elements
+(what collection runs on actions and observations, see
+:func:`rlplay.engine.core.collect`).
 
 Seeding (the tree is in :mod:`rlplay.engine.seeds`): each env is made
 (with ``seed=`` when the factory takes it) and first reset with the seed
 drawn from its own ``SeedSequence``, and its action and observation spaces
 are seeded from the same one, so that sampling from them is reproducible.
 """
+import functools
 import inspect
 import numbers
 
@@ -22,6 +28,8 @@ from .seeds import reset_seed
 
 __all__ = [
     "space_example",
+    "space_placeholder",
+    "space_checker",
     "make_envs",
     "info_example",
     "close_envs",
@@ -48,6 +56,185 @@ def space_example(space):
         return np.zeros(space.shape, dtype=space.dtype)
     raise TypeError(f"unsupported space {space!r}: rlplay handles Box, "
                     f"Discrete, MultiDiscrete, MultiBinary, Dict and Tuple")
+
+
+def space_placeholder(space):
+    """A valid element of ``space``, laid out as :func:`space_example`: the
+    element nearest zero, leaf by leaf.
+
+    Zero where zero belongs to the space, else the nearest bound: ``start``
+    for ``Discrete(n, start)`` with ``start > 0``, ``low`` for a ``Box``
+    whose ``low`` is above zero, ``high`` where ``high`` is below zero (per
+    element of a ``Box`` or ``MultiDiscrete``); all zeros for
+    ``MultiBinary``. Collection records it as the action of rows that no
+    action led to (the reset row of the first fragment).
+
+    Raises
+    ------
+    TypeError
+        For an unsupported space, as :func:`space_example`.
+
+    Examples
+    --------
+    >>> space_placeholder(spaces.Discrete(3, start=1))
+    array(1)
+    >>> space_placeholder(spaces.Box(np.float32([-1, 1]), np.float32(2)))
+    array([0., 1.], dtype=float32)
+    """
+    if isinstance(space, spaces.Dict):
+        return {key: space_placeholder(sub)
+                for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(space_placeholder(sub) for sub in space.spaces)
+    example = space_example(space)  # raises for unsupported spaces
+    if isinstance(space, spaces.Discrete):
+        low, high = space.start, space.start + space.n - 1
+    elif isinstance(space, spaces.MultiDiscrete):
+        low, high = space.start, space.start + space.nvec - 1
+    elif isinstance(space, spaces.Box):
+        low, high = space.low, space.high
+    else:  # MultiBinary
+        return example
+    return np.asarray(np.clip(example, low, high), dtype=space.dtype)
+
+
+def space_checker(space, name="the value", space_name="the space", *,
+                  box_bounds=True):
+    """A vectorised membership test for batches of elements of ``space``.
+
+    The cheap part of ``space.contains``, for many elements at once:
+    ``Discrete`` and ``MultiDiscrete`` values within ``[start, start + n)``
+    (and integral, for float input), ``MultiBinary`` values 0 or 1, ``Box``
+    values free of NaN and within ``[low, high]``, ``Dict`` and ``Tuple``
+    leaf by leaf. Shapes and dtypes are not checked: a batch laid out by
+    :func:`space_example` is assumed.
+
+    Parameters
+    ----------
+    space : gymnasium.Space
+        Box, Discrete, MultiDiscrete, MultiBinary, or Dict/Tuple nestings.
+    name, space_name : str
+        How messages call a value and the space, e.g. ``"the actor's
+        action"`` and ``"the action space"``.
+    box_bounds : bool
+        Check ``Box`` bounds (NaN is checked either way). Collection checks
+        actions without them: a Gaussian policy samples outside the bounds
+        of its ``Box`` and Gymnasium's continuous envs clip what they get.
+
+    Returns
+    -------
+    check : callable
+        ``check(batch)`` takes nested arrays laid out as the space, shape =
+        ``(N, *space.shape)`` per leaf, and returns ``None`` when every
+        element belongs to the space, else ``(i, message)`` for the first
+        element ``i`` that does not, e.g. ``(3, "the value 7 is outside the
+        space Discrete(3)")``.
+
+    Raises
+    ------
+    TypeError
+        For an unsupported space, as :func:`space_example`.
+
+    Examples
+    --------
+    >>> check = space_checker(spaces.Discrete(3), "the action",
+    ...                       "the action space")
+    >>> check(np.array([0, 2, 1])) is None
+    True
+    >>> check(np.array([0, 2, 7]))
+    (2, 'the action 7 is outside the action space Discrete(3)')
+    """
+    space_example(space)  # raises for unsupported spaces
+    leaves = []
+    _leaf_tests(space, (), leaves, box_bounds)
+
+    def check(batch):
+        for path, leaf, test in leaves:
+            x = batch
+            for key in path:
+                x = x[key]
+            x = np.asarray(x)
+            bad = test(x)
+            if bad is not None and bad.any():
+                flat = bad.reshape(len(x), -1).any(1)
+                i = int(np.flatnonzero(flat)[0])
+                return i, _outside(name, space_name, path, leaf, x[i],
+                                   bad[i])
+        return None
+
+    return check
+
+
+def _leaf_tests(space, path, leaves, box_bounds):
+    """Append ``(path, leaf space, test)`` per leaf; ``test(x)`` returns the
+    elementwise mask of bad values (or ``None`` for nothing to check)."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            _leaf_tests(sub, (*path, key), leaves, box_bounds)
+    elif isinstance(space, spaces.Tuple):
+        for k, sub in enumerate(space.spaces):
+            _leaf_tests(sub, (*path, k), leaves, box_bounds)
+    elif isinstance(space, spaces.Discrete):
+        leaves.append((path, space, functools.partial(
+            _outside_range, low=space.start, high=space.start + space.n - 1)))
+    elif isinstance(space, spaces.MultiDiscrete):
+        leaves.append((path, space, functools.partial(
+            _outside_range, low=space.start,
+            high=space.start + space.nvec - 1)))
+    elif isinstance(space, spaces.MultiBinary):
+        leaves.append((path, space, _not_binary))
+    elif isinstance(space, spaces.Box):
+        low = high = None
+        if box_bounds:
+            # an infinite bound checks nothing: skip the comparison
+            low = None if np.isneginf(space.low).all() else space.low
+            high = None if np.isposinf(space.high).all() else space.high
+        leaves.append((path, space, functools.partial(
+            _outside_box, low=low, high=high)))
+
+
+def _outside_range(x, low, high):
+    bad = (x < low) | (x > high)
+    if x.dtype.kind in "fc":  # not integral (NaN included)
+        bad |= x != np.floor(x)
+    return bad
+
+
+def _not_binary(x):
+    return (x != 0) & (x != 1)
+
+
+def _outside_box(x, low, high):
+    bad = np.isnan(x) if x.dtype.kind in "fc" else None
+    for bound, op in ((low, np.less), (high, np.greater)):
+        if bound is not None:
+            out = op(x, bound)
+            bad = out if bad is None else bad | out
+    return bad
+
+
+def _format_value(value):
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return repr(value.item())
+    return np.array2string(value, separator=", ", threshold=8, edgeitems=2)
+
+
+def _outside(name, space_name, path, leaf, value, bad):
+    """The message for ``value`` (one element of ``leaf``, at ``path`` of
+    the space) whose elementwise mask of bad values is ``bad``."""
+    at = "".join(f"[{key!r}]" for key in path)
+    where = (f"{space_name} {leaf!r}" if not path
+             else f"{leaf!r}, at {at} of {space_name}")
+    value = np.asarray(value)
+    nan = value.dtype.kind in "fc" and bool(np.isnan(value).any())
+    if value.size > 8:
+        index = tuple(int(k) for k in np.argwhere(np.asarray(bad))[0])
+        return (f"{name}{at} holds {_format_value(value[index])} at "
+                f"{list(index)}, outside {where}")
+    if nan:
+        return f"{name}{at} holds nan, outside {where}"
+    return f"{name}{at} {_format_value(value)} is outside {where}"
 
 
 def _accepts_seed(factory):

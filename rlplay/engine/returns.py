@@ -12,15 +12,80 @@ transition ended an episode (``fin[t+1]``), by termination or by truncation
 - At the end of the fragment the return bootstraps from ``value[T]``, the
   value of the observation in row ``T`` (or from ``value_final[T]`` when the
   last transition was truncated).
+
+Sticky fragments (``sticky=True``): after env ``j``'s episode ended at row
+``t >= 1``, its rows ``t+1 .. T`` are frozen copies (``fin = True``,
+``rew = 0``): they look like episodes of length one that end at once, so
+without a mask the return of an action in row ``t .. T-1`` would be 0 and its
+advantage ``-value``. Those actions were never executed: :func:`frozen`
+finds the frozen rows, and ``mask=frozen(fin)`` in :func:`returns` and
+:func:`gae` zeroes their results; leave the same rows out of a loss, e.g.
+with ``live = ~frozen(fin)[1:]``, shape ``(T, B)``.
 """
 import torch
 
-__all__ = ["returns", "gae", "terminated"]
+__all__ = ["returns", "gae", "terminated", "frozen"]
 
 
 def terminated(fin, truncated):
     """Rows whose transition ended an episode by termination."""
     return fin & ~truncated
+
+
+def frozen(fin):
+    """The frozen rows of a sticky fragment.
+
+    Parameters
+    ----------
+    fin : bool tensor or array, shape = (1 + T, B)
+        ``state.fin`` of a fragment collected with ``sticky=True``.
+
+    Returns
+    -------
+    mask : bool tensor, shape = (1 + T, B)
+        ``True`` at the rows after the first episode end in rows ``1 .. T``
+        of each env: rows that repeat the reset row and that no executed
+        action led to. Row 0 (the previous fragment's row ``T``) and the row
+        of the end itself are never frozen. ``mask[1:]`` marks the actions
+        (rows ``0 .. T-1``) that were never executed.
+
+    Raises
+    ------
+    ValueError
+        ``fin`` is not 2-d, or is ``False`` somewhere after an episode end
+        (not a sticky fragment: its envs went on after an end).
+
+    Examples
+    --------
+    >>> fin = torch.tensor([[1, 1], [0, 0], [1, 0], [1, 1], [1, 1]]).bool()
+    >>> frozen(fin).int().T.tolist()
+    [[0, 0, 0, 1, 1], [0, 0, 0, 0, 1]]
+    """
+    fin = torch.as_tensor(fin)
+    if fin.dim() != 2 or fin.dtype != torch.bool:
+        raise ValueError(f"fin must be a bool tensor of shape (1 + T, B), "
+                         f"got {fin.dtype} of shape {tuple(fin.shape)}")
+    mask = torch.zeros_like(fin)
+    # row t is frozen iff an episode ended at some row 1 .. t-1
+    mask[2:] = fin[1:-1].long().cumsum(0) > 0
+    if not bool(fin[mask].all()):
+        t, j = (mask & ~fin).nonzero()[0].tolist()
+        raise ValueError(f"not a sticky fragment: env {j} goes on at row "
+                         f"{t} (fin is False) after an episode end at an "
+                         f"earlier row")
+    return mask
+
+
+def _apply_mask(result, mask, fin):
+    """Zero ``result`` (T, B) where ``mask[1:]``."""
+    if mask is None:
+        return result
+    mask = torch.as_tensor(mask, device=result.device)
+    if mask.shape != fin.shape or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor shaped as fin "
+                         f"{tuple(fin.shape)}, got {mask.dtype} of shape "
+                         f"{tuple(mask.shape)}")
+    return result.masked_fill(mask[1:], 0)
 
 
 def _bootstrap(fin, truncated, value, value_final):
@@ -38,7 +103,7 @@ def _bootstrap(fin, truncated, value, value_final):
 
 
 def returns(rew, fin, truncated, value, value_final=None, *, gamma,
-            n=None):
+            n=None, mask=None):
     """Discounted n-step returns of the actions in rows ``0..T-1``.
 
     Parameters
@@ -53,6 +118,12 @@ def returns(rew, fin, truncated, value, value_final=None, *, gamma,
     n : int, optional
         Look ahead at most ``n`` steps and bootstrap from the value there;
         ``None`` looks ahead to the end of the fragment.
+    mask : bool tensor, shape = (1 + T, B), optional
+        Rows that no executed action led to, e.g. :func:`frozen` of a sticky
+        fragment: ``G[t]`` is 0 wherever ``mask[t+1]``. (A frozen row ends
+        with ``rew = 0`` and no bootstrap, so its ``G`` is 0 either way; it
+        follows an episode end, where the sum is cut, so no other ``G[t]``
+        depends on it. The mask matters for :func:`gae` and for losses.)
 
     Returns
     -------
@@ -72,7 +143,7 @@ def returns(rew, fin, truncated, value, value_final=None, *, gamma,
             acc = rew[t] + gamma * torch.where(ended[t], boot[t], acc) \
                 if t < T - 1 else rew[t] + gamma * boot[t]
             G[t] = acc
-        return G
+        return _apply_mask(G, mask, fin)
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     G = torch.empty_like(boot)
@@ -82,13 +153,30 @@ def returns(rew, fin, truncated, value, value_final=None, *, gamma,
         for k in range(stop - 1, t - 1, -1):
             acc = rew[k] + gamma * torch.where(ended[k], boot[k], acc)
         G[t] = acc
-    return G
+    return _apply_mask(G, mask, fin)
 
 
-def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam):
+def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam,
+        mask=None):
     """Generalised advantage estimates of the actions in rows ``0..T-1``.
 
-    Parameters are as in :func:`returns`; ``lam`` is GAE's lambda.
+    Parameters are as in :func:`returns`; ``lam`` is GAE's lambda. With
+    ``mask`` (e.g. :func:`frozen` of a sticky fragment), ``adv[t]`` is 0
+    wherever ``mask[t+1]``, instead of ``-value[t]``.
+
+    Examples
+    --------
+    A sticky fragment of one env whose episode ends at row 2 (rows 3 and 4
+    are frozen, so the actions in rows 2 and 3 were never executed):
+
+    >>> rew = torch.tensor([[0.0], [1.0], [1.0], [0.0], [0.0]])
+    >>> fin = torch.tensor([[True], [False], [True], [True], [True]])
+    >>> value = torch.full((5, 1), 0.5)
+    >>> no = torch.zeros_like(fin)
+    >>> gae(rew, fin, no, value, gamma=0.5, lam=1.0).T
+    tensor([[ 1.0000,  0.5000, -0.5000, -0.5000]])
+    >>> gae(rew, fin, no, value, gamma=0.5, lam=1.0, mask=frozen(fin)).T
+    tensor([[1.0000, 0.5000, 0.0000, 0.0000]])
 
     Returns
     -------
@@ -108,4 +196,4 @@ def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam):
         acc = delta[t] + gamma * lam * torch.where(
             ended[t], torch.zeros_like(acc), acc)
         adv[t] = acc
-    return adv
+    return _apply_mask(adv, mask, fin)

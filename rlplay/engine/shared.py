@@ -20,7 +20,6 @@ __all__ = [
     "aliased",
     "copy_",
     "check_device",
-    "Delivery",
 ]
 
 Aliased = namedtuple("Aliased", "npy pyt")
@@ -157,71 +156,6 @@ def aliased(tree, *leading, shared=False, pinned=False):
 
     pyt = suply(leaf, tree)
     return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
-
-
-class Delivery:
-    """How a generator hands a host batch to the learner.
-
-    As it is (``device=None``, ``copy=False``: the caller's buffer, reused);
-    as a fresh copy each time (``copy=True``, page-locked when ``pinned``);
-    or on a CUDA ``device``, copied from page-locked host memory with
-    non-blocking copies into a reused device batch (or a fresh one with
-    ``copy=True``).
-
-    A non-blocking copy reads the host memory after the call returns: the
-    generator must call :meth:`wait` before it writes that memory again
-    (the next fragment, the next collation), or the device batch could
-    receive part of the next one.
-
-    Parameters
-    ----------
-    device : str or torch.device, optional
-        ``'cpu'`` counts as none.
-    pinned : bool
-    copy : bool
-
-    Raises
-    ------
-    RuntimeError
-        Up front, when CUDA is asked for and absent (:func:`check_device`).
-    """
-
-    def __init__(self, device=None, pinned=False, copy=False):
-        device = check_device(device, pinned)
-        self.device = None if device is None or device.type == "cpu" \
-            else device
-        self.pinned, self.copy = pinned, copy
-        self._target, self._copied = None, None
-
-    @property
-    def host_pinned(self):
-        """Whether the host batch should live in page-locked memory."""
-        return self.pinned or self.device is not None
-
-    def wait(self):
-        """Block until the last non-blocking copy has read its source."""
-        if self._copied is not None:
-            self._copied.synchronize()
-            self._copied = None
-
-    def __call__(self, host):
-        """The batch to yield for the host batch ``host`` (nested tensors)."""
-        if self.device is None:
-            if not self.copy:
-                return host
-            return suply(lambda x: torch.empty(
-                x.shape, dtype=x.dtype, pin_memory=self.pinned).copy_(x),
-                host)
-        target = self._target
-        if target is None or self.copy:
-            target = suply(lambda x: torch.empty_like(x, device=self.device),
-                           host)
-            if not self.copy:
-                self._target = target
-        copy_(target, host, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record(torch.cuda.current_stream(self.device))
-        return target
 
 
 def copy_(dst, src, non_blocking=False):

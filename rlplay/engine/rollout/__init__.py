@@ -1,15 +1,16 @@
-"""Generators of fragments: ``same`` (in this process)."""
-from . import same
+"""Generators of fragments.
 
-__all__ = ["same"]
+``same`` (in this process), ``single`` (one worker process, double
+buffered), ``multi`` (many worker processes, a pool of shared buffers),
+``cluster`` (Ray actors on a cluster; needs ``rlplay[cluster]``) and the
+:class:`Evaluator` (evaluation in a worker process). Their modules open
+with their protocols; what they share lives in the underscored modules
+(:mod:`._base`, :mod:`._collector`, :mod:`._supervisor`,
+:mod:`._delivery`, :mod:`._buffers`, :mod:`._batch`, :mod:`._params`).
+"""
+from . import evaluate, multi, same, single
+from ._base import STATS_KEYS
+from .evaluate import Evaluation, Evaluator
 
-# one worker process, double-buffered; evaluation in a worker process
-from . import single, evaluate  # noqa: E402
-from .evaluate import Evaluation, Evaluator  # noqa: E402
-
-__all__ += ["single", "evaluate", "Evaluator", "Evaluation"]
-
-# many worker processes, a pool of shared buffers collated into batches
-from . import multi  # noqa: E402
-
-__all__ += ["multi"]
+__all__ = ["same", "single", "multi", "evaluate", "Evaluator", "Evaluation",
+           "STATS_KEYS"]

@@ -1,16 +1,64 @@
-"""What the generators share: iteration and ``with``, and sizing buffers
-in the learner from a probe env."""
+"""What every generator shares: iteration and ``with``, the states and the
+error latch, statistics, argument checks, and sizing buffers from a probe
+env.
+
+States (:class:`Status`)::
+
+    OPEN ──close()──────────────────────────► CLOSED  next(): StopIteration
+      └──an error, or Ctrl-C, inside next()─► BROKEN  next(): the same error
+
+The one Ctrl-C rule: a ``KeyboardInterrupt`` (or any exception) raised
+while ``next()``, ``submit()``, ``poll()`` or ``result()`` works breaks the
+generator. It may have arrived in the middle of a message on a pipe or of
+a copy, so nothing can be trusted to resume: the workers are torn down at
+once (no waiting for their cooperation), the interrupt propagates, and
+every later call raises :class:`~rlplay.engine.errors.RolloutError` saying
+that it was interrupted (for an error, the same error again). The one
+exception to "an error breaks it" is the evaluator's ``result(timeout=)``
+running out, which leaves the request outstanding, as
+:meth:`concurrent.futures.Future.result` does.
+"""
+import enum
+import numbers
+import time
+
+import numpy as np
 import torch
 
-from ..core import prepare
+from ..actor import check_actor
+from ..core import check_count, episode_stats, prepare
 from ..envs import close_envs, make_envs
-from ..seeds import env_seed_sequences
+from ..errors import RolloutError
+from ..seeds import PROBE_COLLECTOR, env_seed_sequences
+from ..utils.mp import check_timeouts
 
-__all__ = ["Closing", "Generator", "probe_layout", "PROBE_COLLECTOR"]
+__all__ = ["Closing", "Breakable", "Generator", "Status", "Stats", "STATS_KEYS",
+           "probe_layout", "check_arguments", "Deadline", "TIMEOUT", "START_TIMEOUT",
+           "SHUTDOWN_TIMEOUT", "CHECK_SPACES"]
 
-# the collector index whose seeds make the learner's probe env, far from
-# every worker's index (0, 1, ...) and from the evaluator's
-PROBE_COLLECTOR = 2**31 - 1
+# the longest the learner waits without news from any worker (seconds),
+# covering every wait inside one next() (the parameter lock included)
+TIMEOUT = 60.0
+# extra time allowed while a worker starts (a spawned interpreter imports
+# torch, then the envs are made and reset) (seconds)
+START_TIMEOUT = 60.0
+# how long close() waits for the workers to stop on their own (seconds)
+SHUTDOWN_TIMEOUT = 5.0
+# the values of check_spaces=
+CHECK_SPACES = ("first", "always", "never")
+
+# the keys of every generator's stats
+STATS_KEYS = frozenset({
+    "steps", "batches", "time_collect", "time_wall", "time_learner_wait",
+    "time_worker_wait", "time_collate", "steps_per_s", "steps_per_s_collect",
+    "returns", "lengths", "dropped", "version", "lag", "restarts",
+    "workers"})
+
+
+class Status(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+    BROKEN = "broken"
 
 
 class Closing:
@@ -26,12 +74,154 @@ class Closing:
         self.close()
 
 
-class Generator(Closing):
-    """An iterator of batches (``__next__`` left to the subclass) that
-    ``with`` closes."""
+class Breakable(Closing):
+    """Something with workers, in the states of the module docstring.
+
+    Subclasses implement ``_close(graceful)`` (release everything;
+    ``graceful=False`` after a failure) and run their calls under
+    :meth:`_guarded`.
+    """
+
+    status = Status.OPEN
+    _error = None
+
+    def _guarded(self, call, *args, stop=None, keep=()):
+        """``call(*args)`` under the rule of the module docstring;
+        ``stop`` is raised when closed, errors in ``keep`` pass through."""
+        if self.status is Status.BROKEN:
+            raise self._error
+        if self.status is Status.CLOSED:
+            raise stop
+        try:
+            return call(*args)
+        except keep:
+            raise
+        except BaseException as exc:
+            self._break(exc)
+            raise
+
+    def _break(self, exc):
+        self._error = exc if isinstance(exc, Exception) else RolloutError(
+            f"{type(self).__name__} was broken by {type(exc).__name__} "
+            f"while it waited; make a new one")
+        self.status = Status.BROKEN
+        self._close(graceful=False)
+
+    def close(self):
+        """Stop the workers and release the buffers; idempotent. Later
+        calls end the iteration (or raise the error that broke it)."""
+        if self.status is Status.OPEN:
+            self.status = Status.CLOSED
+            self._close(graceful=True)
+
+    def _close(self, graceful):
+        raise NotImplementedError
+
+
+class Generator(Breakable):
+    """An iterator of batches; subclasses implement ``_next()``."""
 
     def __iter__(self):
         return self
+
+    def __next__(self):
+        return self._guarded(self._next, stop=StopIteration)
+
+
+class Stats(dict):
+    """The statistics of a generator (a dict of :data:`STATS_KEYS`).
+
+    ``steps`` (env steps delivered), ``batches``, ``time_wall`` (seconds
+    since the first ``next()`` began), ``time_learner_wait`` (seconds
+    ``next()`` waited for data), ``time_worker_wait`` (seconds, summed over
+    workers, that they waited for the learner), ``time_collect`` (seconds,
+    summed over workers, spent collecting what was delivered),
+    ``time_collate`` (seconds spent copying fragments into batches),
+    ``steps_per_s`` (``steps / time_wall``: what the learner gets,
+    training included), ``steps_per_s_collect`` (``steps /
+    time_collect``), ``returns`` and ``lengths`` of the episodes that
+    ended in the last batch, ``version`` (the parameter version of the
+    last ``next()``), ``lag`` (the largest ``version - meta.version`` in
+    the last batch), ``dropped`` (stale fragments dropped), ``restarts``
+    (workers replaced) and ``workers`` (one dict per worker).
+    """
+
+    def __init__(self, workers=()):
+        super().__init__(
+            steps=0, batches=0, time_collect=0.0, time_wall=0.0,
+            time_learner_wait=0.0, time_worker_wait=0.0, time_collate=0.0,
+            steps_per_s=0.0, steps_per_s_collect=0.0, returns=None,
+            lengths=None, dropped=0, version=0, lag=0, restarts=0,
+            workers=list(workers))
+        self._started = None
+
+    def begin(self):
+        """Mark the start of a ``next()``; returns ``perf_counter()``."""
+        tic = time.perf_counter()
+        if self._started is None:
+            self._started = tic
+        return tic
+
+    def batch(self, npy, *, waited, collected, worker_waited=0.0,
+              collated=0.0, version=0, lag=0):
+        """Account for one batch ``npy`` (numpy views), delivered now."""
+        T1, B = npy.state.rew.shape
+        self["steps"] += (T1 - 1) * B
+        self["batches"] += 1
+        self["time_learner_wait"] += waited
+        self["time_collect"] += collected
+        self["time_worker_wait"] += worker_waited
+        self["time_collate"] += collated
+        self["time_wall"] = time.perf_counter() - self._started
+        self["steps_per_s"] = self["steps"] / max(self["time_wall"], 1e-9)
+        self["steps_per_s_collect"] = self["steps"] / max(
+            self["time_collect"], 1e-9)
+        self["returns"], self["lengths"] = episode_stats(npy)
+        self["version"], self["lag"] = version, lag
+
+
+class Deadline:
+    """A bound on a wait without news, renewed by news (``None``: none)."""
+
+    def __init__(self, bound):
+        self.renew(bound)
+
+    def renew(self, bound):
+        self.bound = bound
+        self.at = None if bound is None else time.monotonic() + bound
+
+    def remaining(self):
+        """Seconds left (``None``: unbounded); at least 0."""
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def lock_timeout(self):
+        return float("inf") if self.at is None else self.remaining()
+
+
+def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
+                    check_spaces="first", restarts=0, restart_delay=0.0):
+    """Check a generator's arguments up front (nothing is started yet).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument, what was expected and what was given.
+    """
+    check_actor(actor)
+    for name, value, minimum in counts:
+        check_count(name, value, minimum)
+    if timeouts is not None:
+        check_timeouts(**timeouts)
+    if not isinstance(sticky, (bool, np.bool_)):
+        raise TypeError(f"sticky must be a bool, got {sticky!r}")
+    if check_spaces not in CHECK_SPACES:
+        raise ValueError(f"check_spaces must be one of {CHECK_SPACES}, got "
+                         f"{check_spaces!r}")
+    check_count("restarts", restarts, 0)
+    if isinstance(restart_delay, bool) or not isinstance(
+            restart_delay, numbers.Real) or not restart_delay >= 0:
+        raise ValueError(f"restart_delay must be a number of seconds of at "
+                         f"least 0, got {restart_delay!r}")
 
 
 def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
@@ -39,11 +229,11 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
     """Size a generator's buffers in the learner, from a probe env.
 
     Makes one env with ``factory`` (seeded as the env of collector
-    :data:`PROBE_COLLECTOR` of ``entropy``), runs :func:`prepare` with the
-    worker's ``actor`` and closes the env; a failure is raised here, as by
-    ``same.rollout``. The actor's virtual call draws from a forked torch
-    generator, so that making a rollout leaves the learner's random
-    numbers alone.
+    :data:`~rlplay.engine.seeds.PROBE_COLLECTOR` of ``entropy``), runs
+    :func:`~rlplay.engine.core.prepare` with the worker's ``actor`` and
+    closes the env; a failure is raised here, as by ``same.rollout``. The
+    actor's virtual call draws from a forked torch generator, so that
+    making a rollout leaves the learner's random numbers alone.
 
     Returns
     -------

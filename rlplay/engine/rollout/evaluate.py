@@ -5,7 +5,9 @@ Protocol
 The learner makes a shared copy of the actor's parameters
 (:class:`SharedParams`) and starts the worker, which makes its own envs
 (seeded from the run's ``entropy`` at collector index
-:data:`EVAL_COLLECTOR`, apart from every rollout worker) and waits. At most
+:data:`~rlplay.engine.seeds.EVAL_COLLECTOR`, apart from every rollout
+worker) and waits; it runs the worker loop of :mod:`._collector` under the
+:mod:`._supervisor`, as the rollout workers do. At most
 one request is outstanding: submitted and not yet picked up::
 
     learner                                       worker
@@ -13,10 +15,10 @@ one request is outstanding: submitted and not yet picked up::
     Evaluator(): v0, start the worker ──────────► seed, make envs, wait
     ...train...
     submit(actor): publish v_n,
-                   send "evaluate" ─────────────► load v_n, eval mode,
+                   send Evaluate(n) ────────────► load v_n, eval mode,
                    return v_n at once             play n_episodes
     ...train...  poll() → None                      ...
-    ...train...  poll() → Evaluation(..., v_n) ◄── "result"
+    ...train...  poll() → Evaluation(..., v_n) ◄── Result(n, ...)
     submit(actor): publish v_m ...
 
 ``submit`` publishes the parameters and returns at once; ``poll`` never
@@ -31,31 +33,39 @@ evaluation seeding the resets from the ``i``-th children of the envs' seed
 sequences (reproducible, different each time).
 
 Errors and shutdown are those of :mod:`rlplay.engine.rollout.single`: a
-worker exception is raised as :class:`WorkerError` (by the next
-``submit``, ``poll`` or ``result``), a silent death as
-:class:`WorkerDied`; either closes the evaluator and is raised again by
-every later call. A :class:`RolloutTimeout` from ``result`` leaves the
-evaluator as it was (ask again, or close it), as with
-:meth:`concurrent.futures.Future.result`; one from ``submit`` (a live
-worker that kept the parameters' lock too long) closes it. ``close()`` stops the worker in
-the order of :mod:`rlplay.engine.utils.worker`, interrupting an evaluation
-in progress after ``shutdown_timeout``.
+worker exception is raised as :class:`~rlplay.engine.errors.WorkerError`
+(by the next ``submit``, ``poll`` or ``result``), a silent death as
+:class:`~rlplay.engine.errors.WorkerDied`; either (or Ctrl-C during a
+call) breaks the evaluator, and every later call raises the same error
+again (see :mod:`._base`). A :class:`~rlplay.engine.errors.RolloutTimeout`
+from ``result`` leaves the evaluator as it was (ask again, or close it),
+as with :meth:`concurrent.futures.Future.result`; one from ``submit`` (a
+live worker that kept the parameters' lock too long) breaks it. Bad
+arguments (an actor of another architecture, a bad ``timeout``) raise
+``ValueError``/``TypeError`` and leave it as it was. ``close()`` stops the
+worker in the supervisor's order, interrupting an evaluation in progress
+after ``shutdown_timeout``.
+
+Restarts (``restarts=N``): a worker that dies, or whose factory or envs
+raise, is replaced; an evaluation in progress is discarded and the
+replacement plays it again from fresh resets (seeded from its own
+generation), with the same parameters.
 """
-import functools
 import time
-import weakref
 from collections import namedtuple
 
-from ..core import _check_counts, check_count, evaluate
-from ..envs import close_envs, make_envs
-from ..seeds import (collector_seed_sequence, env_seed_sequences, seed_sequence)
-from ..utils import (Cloudpickled, ErrorRecord, LearnerLink, SharedParams,
-                     WorkerProcess, check_timeouts, cpu_copy,
-                     first_timeout, get_context, start_worker)
-from ._base import Closing
+from ..core import check_count
+from ..errors import RolloutTimeout
+from ..seeds import EVAL_COLLECTOR, seed_sequence
+from ..utils.mp import (Cloudpickled, check_timeouts, first_timeout,
+                        get_context)
+from ._base import Breakable, Deadline, Status, check_arguments
+from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
+from ._params import SharedParams, cpu_copy
+from ._supervisor import RESTART_DELAY, Supervisor
 
-__all__ = ["Evaluator", "Evaluation", "EVAL_COLLECTOR", "TIMEOUT",
-           "START_TIMEOUT", "SHUTDOWN_TIMEOUT"]
+__all__ = ["Evaluator", "Evaluation", "TIMEOUT", "START_TIMEOUT",
+           "SHUTDOWN_TIMEOUT"]
 
 # the longest result() waits for one evaluation by default (seconds)
 TIMEOUT = 300.0
@@ -63,11 +73,6 @@ TIMEOUT = 300.0
 START_TIMEOUT = 60.0
 # how long close() waits for the worker to stop on its own (seconds)
 SHUTDOWN_TIMEOUT = 5.0
-
-# the evaluator's collector index: far from the rollout workers' 0, 1, ...
-EVAL_COLLECTOR = 2**31 - 2
-
-_EVALUATE, _RESULT = "evaluate", "result"
 
 Evaluation = namedtuple("Evaluation", "returns lengths version")
 Evaluation.__doc__ = """The result of one evaluation.
@@ -78,49 +83,35 @@ version : int
     The parameter version evaluated (what ``submit`` returned).
 """
 
-_Config = namedtuple(
-    "_Config", "factory actor params entropy n_envs n_episodes max_steps")
+
+class _Requests:
+    """The evaluator's side of the protocol that the supervisor calls: the
+    outstanding request and the result that arrived (no reference to the
+    evaluator, so that the supervisor's exit handler may hold it)."""
+
+    def __init__(self, spec, params, evaluation):
+        self.spec, self.params, self.evaluation = spec, params, evaluation
+        self.count, self.version, self.result = 0, None, None
+
+    def config(self, w, generation):
+        # a replacement plays the outstanding request again at once
+        pending = self.count if self.version is not None \
+            and self.result is None else None
+        return WorkerConfig(self.spec, 0, EVAL_COLLECTOR, generation, 0,
+                            self.params, None, [],
+                            (*self.evaluation, pending), 1)
+
+    def on_message(self, w, message):
+        if isinstance(message, Result):
+            assert message.request == self.count and \
+                message.version == self.version, (message, self.version)
+            self.result = message
+
+    def on_lost(self, w):
+        return int(self.version is not None and self.result is None)
 
 
-def _worker(conn, config):
-    """The worker's side of the protocol in the module docstring."""
-    link = LearnerLink(conn)
-    envs, stage = [], "start-up"
-    try:
-        factory, actor = start_worker(
-            collector_seed_sequence(config.entropy, EVAL_COLLECTOR),
-            config.factory, config.actor)
-        seeds = env_seed_sequences(config.entropy, config.n_envs,
-                                   EVAL_COLLECTOR)
-        stage = "the factory"
-        envs = make_envs(factory, seeds)
-        version = None
-        while True:
-            stage = "waiting"
-            order = link.recv()
-            if order is None:
-                return
-            _, request = order
-            stage = f"evaluation {request}"
-            version = config.params.load(actor, version, check=link.check)
-            actor.eval()
-            tic = time.perf_counter()
-            returns, lengths = evaluate(
-                envs, actor, config.n_episodes,
-                seed_sequences=[ss.spawn(1)[0] for ss in seeds],
-                max_steps=config.max_steps)
-            elapsed = time.perf_counter() - tic
-            if not link.send((_RESULT, request, returns, lengths, version,
-                              elapsed)):
-                return
-    except BaseException as exc:  # noqa: B902 - everything goes to the learner
-        link.send(ErrorRecord(exc, stage))
-    finally:
-        close_envs(envs, quiet=True)
-        link.close()
-
-
-class Evaluator(Closing):
+class Evaluator(Breakable):
     """Evaluate the learner's actor in a worker process, on request.
 
     Parameters
@@ -128,7 +119,7 @@ class Evaluator(Closing):
     factory : callable
         Builds one Gymnasium env; called ``n_envs`` times in the worker
         only (shipped with cloudpickle), so a failure there is a
-        :class:`WorkerError`.
+        :class:`~rlplay.engine.errors.WorkerError`.
     actor : BaseActorModule
         The learner's actor (on any device); the worker runs a CPU copy in
         eval mode.
@@ -138,29 +129,36 @@ class Evaluator(Closing):
         Episodes per evaluation.
     entropy : int or SeedSequence, optional
         The run's seed (the evaluator's envs and generators use collector
-        index :data:`EVAL_COLLECTOR`).
+        index :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`).
     max_steps : int, optional
-        Cut episodes at this many steps.
+        Cut episodes at this many steps (at least 1).
     start_method : {'forkserver', 'spawn', 'fork'}, optional
     timeout : float or None
         The default bound of :meth:`result` (``None``: no deadline, as
         long as the worker lives).
     start_timeout : float or None
-        Added to the default bound of :meth:`result` until the first
-        result, for the start-up (``None`` adds nothing).
+        Added to the default bound of :meth:`result` while the worker
+        starts (``None`` adds nothing).
     shutdown_timeout : float
         How long :meth:`close` waits before terminating the worker.
+    restarts : int
+        The budget of worker replacements (see the module docstring).
+    restart_delay : float
+        Seconds before a replacement starts.
 
     Attributes
     ----------
     process : multiprocessing.Process
-        The worker.
+        The worker (of its current generation).
     pid : int
         The worker's process id.
+    params : SharedParams
+        The shared copy of the parameters (``None`` once closed).
     stats : dict
         ``evaluations`` (results picked up), ``time_evaluate`` (seconds the
-        worker spent evaluating, in all) and ``last`` (the last
-        :class:`Evaluation`).
+        worker spent evaluating, in all), ``last`` (the last
+        :class:`Evaluation`), ``restarts`` and ``workers`` (the worker's
+        ``restarts``, ``lost`` evaluations and ``last_cause``).
 
     Examples
     --------
@@ -180,71 +178,54 @@ class Evaluator(Closing):
     def __init__(self, factory, actor, *, n_envs=1, n_episodes=10,
                  entropy=None, max_steps=None, start_method=None,
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
-                 shutdown_timeout=SHUTDOWN_TIMEOUT):
-        _check_counts(1, n_envs)
-        check_count("n_episodes", n_episodes)  # as core.evaluate does
-        n_envs, n_episodes = int(n_envs), int(n_episodes)
-        check_timeouts(timeout=timeout, start_timeout=start_timeout,
-                       shutdown_timeout=shutdown_timeout)
+                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
+                 restart_delay=RESTART_DELAY):
+        check_arguments(
+            actor, counts=[("n_envs", n_envs, 1),
+                           ("n_episodes", n_episodes, 1)]
+            + ([] if max_steps is None else [("max_steps", max_steps, 1)]),
+            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
+                          shutdown_timeout=shutdown_timeout),
+            restarts=restarts, restart_delay=restart_delay)
+        if not callable(factory):
+            raise TypeError(f"factory must be callable and return a "
+                            f"Gymnasium env, got {type(factory).__name__}")
         mp_ctx = get_context(start_method)
         entropy = seed_sequence(entropy)
         self.timeout, self.start_timeout = timeout, start_timeout
-        self._closed, self._error = False, None
-        self._pending = None  # the version of the outstanding request
-        self._requests = 0
         self.params = SharedParams(actor, mp_ctx)
-        config = _Config(Cloudpickled(factory), Cloudpickled(cpu_copy(actor)),
-                         self.params, entropy, n_envs, n_episodes, max_steps)
-        self._worker = WorkerProcess(mp_ctx, _worker, (config,),
-                                     name="rlplay-evaluate")
-        self.process, self.pid = self._worker.process, self._worker.pid
-        self._finalizer = weakref.finalize(self, self._worker.close,
-                                           shutdown_timeout)
-        self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None}
+        spec = SessionSpec(Cloudpickled(factory), Cloudpickled(cpu_copy(actor)),
+                           entropy, int(n_envs), False, "first")
+        self._requests = _Requests(spec, self.params,
+                                   (int(n_episodes), max_steps))
+        self._supervisor = Supervisor(
+            mp_ctx, 1, self._requests.config, self._requests.on_message,
+            self._requests.on_lost, name="rlplay-evaluate",
+            params=self.params, restarts=restarts,
+            restart_delay=restart_delay, shutdown_timeout=shutdown_timeout)
+        self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,
+                      "restarts": 0, "workers": self._supervisor.accounts}
+        try:
+            self._supervisor.start_all()
+        except BaseException:
+            self._close(graceful=False)
+            raise
+
+    @property
+    def process(self):
+        return self._supervisor.workers[0].process
+
+    @property
+    def pid(self):
+        return self._supervisor.pids[0]
 
     @property
     def pending(self):
         """Whether a request is outstanding (submitted, not picked up)."""
-        return self._pending is not None
+        return self._requests.version is not None
 
-    def _check_open(self):
-        if self._error is not None:
-            raise self._error
-        if self._closed:
-            raise RuntimeError("the evaluator is closed")
-
-    def _guard(self, call, *args, keep_open=(TimeoutError,)):
-        # a worker error or death closes the evaluator; a timeout of
-        # result() does not (the request stays outstanding)
-        try:
-            return call(*args)
-        except (*keep_open, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                self._error = exc
-            self.close()
-            raise
-
-    def _receive(self, timeout):
-        what = f"evaluation {self._requests}"
-        if timeout is False:
-            message = self._worker.poll(what=what)
-            if message is None:
-                return None
-        else:
-            message = self._worker.recv(timeout, what=what)
-        if isinstance(message, ErrorRecord):
-            raise message.to_exception(worker=0)
-        _, request, returns, lengths, version, elapsed = message
-        assert request == self._requests and version == self._pending, (
-            message, self._pending)
-        self._pending = None
-        result = Evaluation(returns, lengths, version)
-        self.stats["evaluations"] += 1
-        self.stats["time_evaluate"] += elapsed
-        self.stats["last"] = result
-        return result
+    def _closed_error(self):
+        return RuntimeError("the evaluator is closed")
 
     def submit(self, actor):
         """Publish ``actor``'s parameters and ask for their evaluation.
@@ -257,48 +238,42 @@ class Evaluator(Closing):
         RuntimeError
             A request is still outstanding (pick it up with :meth:`poll` or
             :meth:`result` first), or the evaluator is closed.
+        ValueError
+            ``actor`` is of another architecture (the evaluator stays
+            usable).
         WorkerError, WorkerDied
             The worker failed (say, in the factory) since the last call,
             or died holding the parameters' lock.
         RolloutTimeout
             The live worker held the parameters' lock too long.
-        ValueError
-            The actor's parameters and buffers changed in number.
-
-        Any of these but ``ValueError`` closes the evaluator.
         """
-        self._check_open()
-        if self._pending is not None:
-            raise RuntimeError(f"evaluation of version {self._pending} is "
-                               f"still outstanding: pick it up with poll() "
-                               f"or result() before submitting again")
-        self._guard(self._check_worker)
-        # a worker stuck on the lock cannot evaluate any more: close
-        version = self._guard(self._publish, actor, keep_open=(ValueError,))
-        self._requests += 1
-        self._pending = version
-        self._worker.send((_EVALUATE, self._requests))
+        pending = self._requests.version
+        if pending is not None and self.status is Status.OPEN:
+            raise RuntimeError(f"evaluation of version {pending} is still "
+                               f"outstanding: pick it up with poll() or "
+                               f"result() before submitting again")
+        return self._guarded(self._submit, actor, stop=self._closed_error(),
+                             keep=(ValueError,))
+
+    def _submit(self, actor):
+        requests, supervisor = self._requests, self._supervisor
+        supervisor.check("a request")
+        what = "the parameter lock"
+        version = self.params.publish(
+            actor, check=lambda: supervisor.check(what),
+            timeout=Deadline(self.timeout).lock_timeout())
+        requests.count += 1
+        requests.version, requests.result = version, None
+        if supervisor.workers[0].process is not None:
+            supervisor.send(0, Evaluate(requests.count))
+        # else: a replacement on its way plays it at start
+        self.stats["restarts"] = supervisor.restarts
         return version
-
-    def _publish(self, actor):
-        return self.params.publish(actor, check=functools.partial(
-            self._worker.check_alive, "the parameter lock"))
-
-    def _check_worker(self):
-        # only an error record can arrive while nothing is outstanding
-        message = self._worker.poll(what="a request")
-        if message is not None:
-            assert isinstance(message, ErrorRecord), message
-            raise message.to_exception(worker=0)
 
     def poll(self):
         """The outstanding request's :class:`Evaluation` if it is ready,
         else ``None``; never waits. Raises the worker's failure, if any."""
-        self._check_open()
-        if self._pending is None:
-            self._guard(self._check_worker)
-            return None
-        return self._guard(self._receive, False)
+        return self._guarded(self._wait, 0.0, stop=self._closed_error())
 
     def result(self, timeout=None):
         """Wait for the outstanding request's :class:`Evaluation`.
@@ -306,30 +281,71 @@ class Evaluator(Closing):
         Parameters
         ----------
         timeout : float, optional
-            Seconds to wait; the evaluator's ``timeout`` by default (plus
-            ``start_timeout`` until the first result).
+            Seconds to wait without news from the worker; the evaluator's
+            ``timeout`` by default (plus ``start_timeout`` while the worker
+            starts).
 
         Raises
         ------
         RuntimeError
             Nothing was submitted.
+        ValueError
+            A bad ``timeout`` (the evaluator stays usable).
         RolloutTimeout
             No result in time; the request stays outstanding.
         WorkerError, WorkerDied
             The worker failed.
         """
-        self._check_open()
-        if self._pending is None:
+        check_timeouts(timeout=timeout)
+        if self._requests.version is None and self._error is None \
+                and self.params is not None:
             raise RuntimeError("no evaluation was submitted")
-        if timeout is None:
-            timeout = (first_timeout(self.timeout, self.start_timeout)
-                       if self.stats["evaluations"] == 0 else self.timeout)
-        return self._guard(self._receive, timeout)
+        return self._guarded(self._wait, timeout, True,
+                             stop=self._closed_error(),
+                             keep=(RolloutTimeout,))
+
+    def _bound(self, timeout):
+        if timeout is not None:
+            return timeout
+        return first_timeout(self.timeout, self.start_timeout) \
+            if self._supervisor.starting else self.timeout
+
+    def _wait(self, timeout, block=False):
+        requests, supervisor = self._requests, self._supervisor
+        what = f"evaluation {requests.count}"
+        if requests.version is None:
+            supervisor.check("a request")
+            return None
+        deadline = Deadline(self._bound(timeout) if block else 0.0)
+        supervisor.pump(0, what)
+        while requests.result is None:
+            remaining = deadline.remaining()
+            if remaining == 0:
+                if not block:
+                    return None
+                raise RolloutTimeout(
+                    f"no result of {what} within {deadline.bound} s "
+                    f"although the worker is alive")
+            if supervisor.pump(remaining, what) and timeout is None:
+                deadline.renew(self._bound(None))
+        message, requests.result, requests.version = requests.result, \
+            None, None
+        result = Evaluation(message.returns, message.lengths,
+                            message.version)
+        self.stats["evaluations"] += 1
+        self.stats["time_evaluate"] += message.elapsed
+        self.stats["last"] = result
+        self.stats["restarts"] = supervisor.restarts
+        return result
 
     def close(self):
         """Stop the worker (see the module docstring); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._finalizer()
-        self.params = None
+        super().close()
+
+    def _close(self, graceful):
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None:
+            supervisor.shutdown(graceful)
+        if self.params is not None:
+            self.params.close()
+            self.params = None

@@ -16,19 +16,20 @@ alone. The policy lag is zero: fragment ``k`` is collected with the parameters t
 actor has when ``next()`` is called, and ``meta.version`` records ``k``, the
 number of batches yielded before it. Errors in the factory, the envs or the
 actor are raised directly in the caller (a failed set-up closes the envs it
-made). ``close()`` closes the envs.
+made); an error, or Ctrl-C, inside ``next()`` breaks the generator, and
+later calls raise it again (see :mod:`._base`). ``close()`` closes the
+envs.
 """
 import time
 
 import torch
 
-from ..core import (Fragment, _check_counts, collect, episode_stats,
-                    prepare, startup)
+from ..core import collect, prepare, startup
 from ..envs import close_envs, make_envs
-from ..seeds import (collector_seed_sequence, env_seed_sequences)
-from ..shared import Delivery
-from ..seeds import torch_seed
-from ._base import Generator
+from ..seeds import (collector_seed_sequence, env_seed_sequences,
+                     seed_sequence, torch_seed)
+from ._base import Generator, Stats, check_arguments
+from ._delivery import Delivery
 
 __all__ = ["rollout", "Rollout"]
 
@@ -36,8 +37,8 @@ __all__ = ["rollout", "Rollout"]
 class Rollout(Generator):
     """An endless iterator of fragments collected in this process.
 
-    Use :func:`rollout` to make one. ``close()`` is idempotent; the object is
-    a context manager too.
+    Use :func:`rollout` (which documents the arguments). ``close()`` is
+    idempotent; the object is a context manager too.
 
     Attributes
     ----------
@@ -45,24 +46,24 @@ class Rollout(Generator):
     buffer : Aliased
         The host buffer (numpy and torch views).
     stats : dict
-        ``steps`` (env steps collected), ``batches``, ``time_collect``
-        (seconds spent collecting), ``time_wall`` (seconds since the first
-        ``next()`` began), ``steps_per_s`` (``steps / time_wall``: what the
-        learner gets, training included), ``steps_per_s_collect``
-        (``steps / time_collect``), ``time_learner_wait`` (here equal to
-        ``time_collect``), ``time_worker_wait`` (0: no worker), and
-        ``returns`` and ``lengths`` of the episodes that ended in the last
-        batch.
+        The keys of :class:`~._base.Stats`; here ``time_learner_wait``
+        equals ``time_collect``, ``time_worker_wait``, ``lag``,
+        ``dropped`` and ``restarts`` are 0 and ``workers`` is empty.
     """
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=False):
+                 pinned=False, copy=False, check_spaces="first"):
+        # before any env is made
+        check_arguments(actor, counts=[("n_steps", n_steps, 1),
+                                       ("n_envs", n_envs, 1)],
+                        sticky=sticky, check_spaces=check_spaces)
         self.delivery = Delivery(device, pinned, copy)
-        _check_counts(n_steps, n_envs)  # before any env is made
+        entropy = seed_sequence(entropy)  # one root for envs and actor
         seeds = env_seed_sequences(entropy, int(n_envs))
         self.envs = make_envs(factory, seeds)
         self.actor, self.sticky = actor, sticky
+        self.check_spaces = check_spaces
         try:
             # sizing calls the actor virtually: keep that off every stream
             with torch.random.fork_rng(devices=[]):
@@ -84,52 +85,32 @@ class Rollout(Generator):
                 pass
             raise
         self.device = self.delivery.device
-        self.stats = {"steps": 0, "batches": 0, "time_collect": 0.0,
-                      "time_wall": 0.0, "time_learner_wait": 0.0,
-                      "time_worker_wait": 0.0, "steps_per_s": 0.0,
-                      "steps_per_s_collect": 0.0, "returns": None,
-                      "lengths": None}
-        self._started = None
-        self._closed = False
+        self.stats = Stats()
 
-    def __next__(self):
-        if self._closed:
-            raise StopIteration
-        tic = time.perf_counter()
-        if self._started is None:
-            self._started = tic
+    def _next(self):
+        stats = self.stats
+        tic = stats.begin()
         self.delivery.wait()  # the buffer may still feed a device copy
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._rng)
             collect(self.actor, self.buffer, self.ctx, sticky=self.sticky,
-                    version=self.stats["batches"])
+                    version=stats["batches"], check_spaces=self.check_spaces)
             self._rng = torch.get_rng_state()
-        toc = time.perf_counter()
-        stats = self.stats
-        stats["time_collect"] += toc - tic
+        elapsed = time.perf_counter() - tic
         # in this process the learner waits for every fragment it gets
-        stats["time_learner_wait"] = stats["time_collect"]
-        stats["time_wall"] = toc - self._started
-        T, B = self.buffer.npy.state.rew.shape
-        stats["steps"] += (T - 1) * B
-        stats["batches"] += 1
-        stats["steps_per_s"] = stats["steps"] / max(stats["time_wall"], 1e-9)
-        stats["steps_per_s_collect"] = stats["steps"] / max(
-            stats["time_collect"], 1e-9)
-        stats["returns"], stats["lengths"] = episode_stats(self.buffer.npy)
+        stats.batch(self.buffer.npy, waited=elapsed, collected=elapsed,
+                    version=stats["batches"])
         return self.delivery(self.buffer.pyt)
 
-    def close(self):
-        """Close the envs; later ``next()`` calls stop the iteration."""
-        if self._closed:
-            return
-        self._closed = True
-        close_envs(self.envs)
+    def _close(self, graceful):
+        """Close the envs."""
+        self.delivery.close()
+        close_envs(self.envs, quiet=not graceful)  # called once
 
 
 def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
             env_info=None, final=True, device=None, pinned=False,
-            copy=False):
+            copy=False, check_spaces="first"):
     """Collect fragments in this process, one per ``next()``.
 
     Parameters
@@ -162,6 +143,10 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
         Collect into page-locked host memory; needs CUDA.
     copy : bool
         Yield a fresh copy of each batch instead of the reused buffer.
+    check_spaces : {'first', 'always', 'never'}
+        Check actions and observations against their spaces during the
+        first fragment (default), on every step, or never (see
+        :func:`rlplay.engine.core.collect`).
 
     Yields
     ------
@@ -183,8 +168,6 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
     """
     return Rollout(factory, actor, n_steps, n_envs, entropy=entropy,
                    sticky=sticky, env_info=env_info, final=final,
-                   device=device, pinned=pinned, copy=copy)
+                   device=device, pinned=pinned, copy=copy,
+                   check_spaces=check_spaces)
 
-
-# a fragment is a Fragment namedtuple; re-exported for the docs
-_ = Fragment

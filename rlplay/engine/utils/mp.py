@@ -1,49 +1,53 @@
-"""Multiprocessing kit shared by the process-based generators.
+"""Multiprocessing kit: what every process-based generator needs from
+:mod:`multiprocessing`, whatever its protocol.
 
 - :func:`get_context`: the start-method context (``fork``, ``spawn``,
   ``forkserver``), ``forkserver`` by default where available: it is safe
-  with the threads that torch starts and much cheaper than ``spawn``.
-- :class:`CloudpickleWrapper`: ships factories and actors defined in
-  ``__main__`` or in a notebook (closures, lambdas) to spawned workers.
+  with the threads that torch starts and much cheaper than ``spawn``;
+  :func:`preload_forkserver` has the server import torch once.
+- :class:`Cloudpickled`: ships factories and actors defined in
+  ``__main__`` or in a notebook (closures, lambdas) to any worker.
 - :class:`ErrorRecord`: what a worker sends back when it fails, turned into
-  :class:`WorkerError` in the learner with the remote traceback attached as
-  the cause (as :mod:`concurrent.futures` does).
-- :func:`recv`: a bounded wait on a pipe that also watches the worker's
-  sentinel, so a silent death (SIGKILL, ``os._exit``, segfault) is reported
-  as :class:`WorkerDied` with its exit code or signal name within one poll.
-- :func:`check_timeouts` and :func:`first_timeout`:
-  the generators' counts and timeouts, checked up front, and the bound of
-  their first wait.
+  :class:`~rlplay.engine.errors.WorkerError` in the learner with the remote
+  traceback attached as the cause (as :mod:`concurrent.futures` does).
+- :func:`bounded_acquire`: a lock wait that watches the other side.
+- :func:`guard_parent`: a worker dies with its learner, whatever it is
+  doing (Linux: the parent-death signal; everywhere: a watchdog thread).
+- :func:`check_timeouts`, :func:`first_timeout`, :func:`join_or_kill`:
+  timeouts checked up front, the bound of a first wait, a bounded join.
 """
+import contextlib
+import ctypes
+import ctypes.util
 import multiprocessing
-import multiprocessing.connection
 import numbers
+import os
 import pickle
 import signal
+import sys
+import threading
 import time
 import traceback
 
 import cloudpickle
 
-from ..errors import (RemoteTraceback, RolloutError, RolloutTimeout,
-                      WorkerDied, WorkerError, describe_exitcode)
+from ..errors import RolloutTimeout, WorkerError, RemoteTraceback
 
 __all__ = [
     "DEFAULT_START_METHOD",
     "POLL_INTERVAL",
-    "RolloutError",
-    "WorkerError",
-    "WorkerDied",
-    "RolloutTimeout",
-    "RemoteTraceback",
+    "LOCK_TIMEOUT",
+    "FORKSERVER_PRELOAD",
     "ErrorRecord",
-    "CloudpickleWrapper",
+    "Cloudpickled",
     "get_context",
-    "describe_exitcode",
-    "recv",
-    "join_or_kill",
+    "preload_forkserver",
+    "bounded_acquire",
+    "guard_parent",
+    "ignore_interrupts",
     "check_timeouts",
     "first_timeout",
+    "join_or_kill",
 ]
 
 DEFAULT_START_METHOD = ("forkserver" if "forkserver" in
@@ -51,6 +55,15 @@ DEFAULT_START_METHOD = ("forkserver" if "forkserver" in
 
 # how often a waiting side re-checks that the other side is alive (seconds)
 POLL_INTERVAL = 0.1
+
+# the longest a lock is waited for when no other bound is given (seconds)
+LOCK_TIMEOUT = 60.0
+
+# modules the forkserver imports once, before forking any worker
+FORKSERVER_PRELOAD = ("torch", "numpy", "gymnasium", "rlplay.engine")
+
+# how often an orphan watchdog looks for its parent (seconds)
+WATCHDOG_INTERVAL = 0.2
 
 
 class ErrorRecord:
@@ -80,17 +93,23 @@ class ErrorRecord:
         return err
 
 
-class CloudpickleWrapper:
-    """Pickle ``obj`` with cloudpickle (closures, lambdas, ``__main__``)."""
+class Cloudpickled:
+    """An object pickled with cloudpickle now, unpickled by :meth:`load`.
+
+    The object is not rebuilt while the worker process starts (as a
+    wrapper that unpickles itself would be), but when the worker calls
+    :meth:`load` inside its own error handling: a factory that cannot be
+    rebuilt in the worker (say, a module missing there) is reported with
+    its exception and traceback instead of a bare exit code. Pickling
+    errors are raised at once, in the learner.
+    """
 
     def __init__(self, obj):
-        self.obj = obj
+        self.data = cloudpickle.dumps(obj)
 
-    def __getstate__(self):
-        return cloudpickle.dumps(self.obj)
-
-    def __setstate__(self, state):
-        self.obj = pickle.loads(state)
+    def load(self):
+        """A fresh copy of the object."""
+        return pickle.loads(self.data)
 
 
 def get_context(start_method=None):
@@ -106,49 +125,95 @@ def get_context(start_method=None):
     return multiprocessing.get_context(method)
 
 
-def recv(conn, processes, timeout, *, what="a message", worker=None):
-    """Receive from ``conn`` within ``timeout`` seconds, watching workers.
+def preload_forkserver(ctx, modules=FORKSERVER_PRELOAD):
+    """Have the forkserver import ``modules`` before forking workers.
 
-    Parameters
-    ----------
-    conn : multiprocessing.connection.Connection
-    processes : list of multiprocessing.Process
-        Workers whose death ends the wait.
-    timeout : float or None
-        ``None`` waits as long as the workers live (still checking them).
-
-    Raises
-    ------
-    WorkerDied
-        A worker exited and ``conn`` holds nothing more.
-    RolloutTimeout
-        Nothing arrived in time although every worker lives.
+    Adds to (never replaces) the modules already asked for; a no-op for
+    other start methods, and without effect once the server runs.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    sentinels = [p.sentinel for p in processes]
-    closed = False  # the other end hung up: only the sentinels matter now
-    while True:
-        ready = multiprocessing.connection.wait(
-            sentinels if closed else [conn, *sentinels],
-            timeout=POLL_INTERVAL)
-        if not closed and (conn in ready or conn.poll()):
-            try:
-                return conn.recv()
-            except (EOFError, OSError):
-                closed = True  # find out who died below
-        for index, proc in enumerate(processes):
-            if proc.sentinel in ready or not proc.is_alive():
-                proc.join(POLL_INTERVAL)
-                if not closed and conn.poll():  # its last words arrived
-                    try:
-                        return conn.recv()
-                    except (EOFError, OSError):
-                        pass
-                raise WorkerDied.of(
-                    proc, worker if worker is not None else index, what)
-        if deadline is not None and time.monotonic() > deadline:
-            raise RolloutTimeout(f"no {what} within {timeout} s although "
-                                 f"the workers are alive")
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+    current = list(getattr(forkserver._forkserver, "_preload_modules",
+                           ["__main__"]))
+    missing = [name for name in modules if name not in current]
+    if missing:
+        ctx.set_forkserver_preload(current + missing)
+
+
+@contextlib.contextmanager
+def bounded_acquire(lock, check=None, timeout=LOCK_TIMEOUT, on_acquire=None):
+    """Hold ``lock``, calling ``check()`` every poll while waiting for it.
+
+    A process killed while holding a ``multiprocessing`` lock never releases
+    it: ``check`` (which raises when the other side is dead) turns what
+    would be a hang into an error. A holder that lives but keeps the lock
+    longer than ``timeout`` seconds (stopped, stalled) raises
+    :class:`~rlplay.engine.errors.RolloutTimeout`. ``on_acquire(True)`` is
+    called once the lock is held, ``on_acquire(False)`` before it is
+    released (to record the holder).
+    """
+    deadline = time.monotonic() + timeout
+    while not lock.acquire(timeout=POLL_INTERVAL):
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            raise RolloutTimeout(f"a shared lock was held for more than "
+                                 f"{timeout} s by a live process")
+    try:
+        if on_acquire is not None:
+            on_acquire(True)
+        yield
+    finally:
+        if on_acquire is not None:
+            on_acquire(False)
+        lock.release()
+
+
+def guard_parent(pdeathsig=True, interval=WATCHDOG_INTERVAL):
+    """Make this worker process end within about a second of its parent.
+
+    On Linux, the parent-death signal (``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)``) kills it at once, even inside a blocking call or C code
+    that holds the GIL. Linux sends it when the *thread* that forked the
+    worker ends, so the learner asks for it (``pdeathsig``) only when that
+    is its main thread or the fork server's. A watchdog thread, on every
+    platform, ends the process when it is re-parented (its parent died)
+    or when the parent's sentinel fires. A worker started by the
+    forkserver is the server's child: the server exits when its learner
+    dies, and the worker follows.
+    """
+    ppid = os.getppid()
+    if pdeathsig and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() != ppid:  # died before the signal was armed
+            os._exit(1)
+    parent = multiprocessing.parent_process()
+    sentinel = None if parent is None else parent.sentinel
+
+    def watch():
+        import multiprocessing.connection as connection
+        while True:
+            if sentinel is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    if connection.wait([sentinel], interval):
+                        os._exit(1)
+            else:
+                time.sleep(interval)
+            if os.getppid() != ppid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="rlplay-orphan-watchdog",
+                     daemon=True).start()
+
+
+def ignore_interrupts():
+    """Let the learner handle Ctrl-C: a terminal sends ``SIGINT`` to the
+    whole process group, and the worker should stop in order when the
+    learner closes it, not die in the middle of a step."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def check_timeouts(**timeouts):

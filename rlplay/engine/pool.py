@@ -22,20 +22,19 @@ and checks them up front:
   (:func:`fd_limit`), and raises :class:`CapacityError` saying what to
   change.
 """
-import contextlib
 import errno
-import mmap
 import multiprocessing.reduction
 import os
 import resource
 import secrets
 import tempfile
+import weakref
 
 import torch
 
-from ..nested import suply
-from ..shared import Aliased
-from ..errors import CapacityError
+from .nested import suply
+from .errors import CapacityError
+from .shared import Aliased
 
 __all__ = [
     "SHM_DIR",
@@ -269,9 +268,13 @@ class Segment:
 
     def __init__(self, fd, nbytes):
         self.nbytes, self.fd = nbytes, fd
-        # mmap keeps its own duplicate of the descriptor
-        self._map = mmap.mmap(fd, nbytes)
-        self.flat = torch.frombuffer(self._map, dtype=torch.uint8)
+        # a segment dropped without close() still closes its descriptor
+        self._fd_closer = weakref.finalize(self, os.close, fd)
+        # torch maps the file itself (as torch.multiprocessing does for the
+        # descriptors it receives): the views are then shared tensors whose
+        # storage keeps the mapping alive as long as any of them lives
+        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)
+        self.flat = torch.empty(0, dtype=torch.uint8).set_(storage)
 
     @classmethod
     def create(cls, nbytes, *, what="the pool", path=SHM_DIR):
@@ -319,29 +322,25 @@ class Segment:
         """Map a segment received from its owner; takes ``fd`` over."""
         try:
             segment = cls(fd, nbytes)
-        finally:
-            os.close(fd)  # the mapping keeps its own duplicate
-        segment.fd = None
+        except BaseException:
+            os.close(fd)
+            raise
+        segment.close_fd()  # the mapping keeps its own duplicate
         return segment
 
     def close_fd(self):
         """Close the descriptor kept for handing over (the mapping stays)."""
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            os.close(fd)
+        self.fd = None
+        self._fd_closer()
 
     def close(self):
-        """Unmap the segment; idempotent.
+        """Let go of the segment; idempotent.
 
-        Views still alive elsewhere keep the mapping until they die: then
-        it is released by the garbage collector instead.
+        The mapping is released when the last view of it dies (at once if
+        none is alive), never under a batch the user still holds.
         """
         self.close_fd()
         self.flat = None
-        if self._map is not None:
-            mapping, self._map = self._map, None
-            with contextlib.suppress(BufferError):
-                mapping.close()
 
 
 def _rebuild_segment(dup, nbytes):

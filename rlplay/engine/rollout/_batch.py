@@ -1,0 +1,179 @@
+"""Batches of many workers' fragments: the ready queue and the collation.
+
+Shared by the generators that gather fragments from a pool of workers
+(:mod:`~rlplay.engine.rollout.multi` on this machine,
+:mod:`~rlplay.engine.rollout.cluster` on a Ray cluster):
+
+- :class:`ReadyQueue`: fragments that arrived, in arrival order, with the
+  per-worker accounts (``received``, ``delivered``, ``dropped``,
+  ``discarded``, ``collected``); :meth:`ReadyQueue.take` picks the next
+  ones no older than ``version - max_lag`` and drops the stale ones;
+- :class:`Collation`: the learner's preallocated batch of ``n_per_batch``
+  fragments of ``B`` envs (on the host, page-locked if asked), slot ``s``
+  holding env columns ``s * B .. (s + 1) * B - 1``; ``hx`` is concatenated
+  along the actor's ``hx_dim`` and ``meta`` along its only dimension. It
+  copies a whole batch with one ``np.concatenate`` per leaf.
+"""
+from collections import deque, namedtuple
+from functools import partial
+
+import numpy as np
+import torch
+
+from ..core import Fragment
+from ..nested import flatten, suply
+
+__all__ = ["ReadyQueue", "Collation", "Arrival", "new_account", "env_dims",
+           "check_hx_dim"]
+
+Arrival = namedtuple("Arrival", "worker index seq version")
+Arrival.__doc__ = """A fragment ready for the learner: from ``worker``, in
+its buffer ``index``, with its ``seq`` and parameter ``version``."""
+
+
+def new_account():
+    """A worker's fragment counts (see :class:`ReadyQueue`)."""
+    return {"received": 0, "delivered": 0, "dropped": 0, "discarded": 0,
+            "collected": None}
+
+
+class ReadyQueue:
+    """Fragments ready for the learner, in arrival order.
+
+    Parameters
+    ----------
+    accounts : list of dict
+        One per worker, updated in place: fragments ``received``,
+        ``delivered``, ``dropped`` (stale under ``max_lag``), ``discarded``
+        (received, undelivered at close) and ``collected`` (the worker's
+        own count, set by the protocol when it stops cleanly).
+    """
+
+    def __init__(self, accounts):
+        self.accounts = accounts
+        for account in accounts:
+            for key, value in new_account().items():
+                account.setdefault(key, value)
+        self.queue = deque()
+
+    def __len__(self):
+        return len(self.queue)
+
+    def push(self, arrival):
+        self.queue.append(arrival)
+        self.accounts[arrival.worker]["received"] += 1
+
+    def take(self, n, version, max_lag, drop):
+        """Up to ``n`` arrivals collected with a version of at least
+        ``version - max_lag`` (``max_lag=None``: any); ``drop(arrival)``
+        is called for each stale one passed over."""
+        taken = []
+        while self.queue and len(taken) < n:
+            arrival = self.queue.popleft()
+            if max_lag is not None and arrival.version < version - max_lag:
+                self.accounts[arrival.worker]["dropped"] += 1
+                drop(arrival)
+                continue
+            taken.append(arrival)
+        return taken
+
+    def give_back(self, taken):
+        """Put ``taken`` arrivals back at the front, in order."""
+        self.queue.extendleft(reversed(taken))
+
+    def delivered(self, taken):
+        for arrival in taken:
+            self.accounts[arrival.worker]["delivered"] += 1
+
+    def forget(self, worker):
+        """Drop ``worker``'s arrivals (not delivered); returns them."""
+        gone = [a for a in self.queue if a.worker == worker]
+        self.queue = deque(a for a in self.queue if a.worker != worker)
+        return gone
+
+    def close(self):
+        """Count what was received and never delivered as discarded."""
+        self.queue.clear()
+        for account in self.accounts:
+            account["discarded"] = (account["received"] -
+                                    account["delivered"] -
+                                    account["dropped"])
+
+    @property
+    def dropped(self):
+        return sum(account["dropped"] for account in self.accounts)
+
+
+def env_dims(hx_dim):
+    # the env dimension of each field of a fragment, for collation
+    return Fragment(state=1, truncated=1, final=1, actor=1, env=1,
+                    env_mask=1, hx=hx_dim, stats=1, meta=0)
+
+
+def check_hx_dim(hx, hx_dim, n_per_actor):
+    """Check that every ``hx`` leaf has ``n_per_actor`` envs along
+    ``hx_dim``, so that fragments can be collated."""
+    for leaf in flatten(hx):
+        if leaf.dim() <= hx_dim or leaf.shape[hx_dim] != n_per_actor:
+            raise ValueError(
+                f"the actor's hx holds a tensor of shape {tuple(leaf.shape)}"
+                f", which has no env dimension of size n_per_actor="
+                f"{n_per_actor} at hx_dim={hx_dim}: set hx_dim on the "
+                f"actor's class to the env dimension of its hx, so that "
+                f"fragments of several workers can be collated")
+
+
+class Collation:
+    """The learner's batch of ``n_per_batch`` fragments laid out as
+    ``template``.
+
+    Parameters
+    ----------
+    template : Fragment of tensors, shape = (1 + T, B, ...)
+        One fragment.
+    hx_dim : int
+        The env dimension of ``hx`` leaves.
+    n_per_batch : int
+    pinned : bool
+        Allocate the batch in page-locked memory.
+
+    Attributes
+    ----------
+    host : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
+    npy : Fragment of numpy views of ``host``
+    """
+
+    def __init__(self, template, hx_dim, n_per_batch, pinned=False):
+        check_hx_dim(template.hx, hx_dim, template.state.fin.shape[1])
+        dims = env_dims(hx_dim)
+
+        def alloc(leaf, dim):
+            shape = list(leaf.shape)
+            shape[dim] *= n_per_batch
+            return torch.zeros(shape, dtype=leaf.dtype, pin_memory=pinned)
+
+        self.host = Fragment(*[suply(partial(alloc, dim=dim), field)
+                               for field, dim in zip(template, dims)])
+        self.npy = suply(torch.Tensor.numpy, self.host)
+        self.n_per_batch = n_per_batch
+        # the leaves in a fragment's flattened order, with their env dims
+        self._targets = [(leaf, dim) for field, dim in zip(self.npy, dims)
+                         for leaf in flatten(field)]
+
+    @staticmethod
+    def sources(npy):
+        """A fragment's leaves (numpy), in the order :meth:`collate`
+        takes them."""
+        return [leaf for field in npy for leaf in flatten(field)]
+
+    def collate(self, fragments):
+        """Copy ``fragments`` (lists from :meth:`sources`, one per slot, in
+        slot order) into the batch: one copy per leaf."""
+        assert len(fragments) == self.n_per_batch
+        if self.n_per_batch == 1:
+            for (target, _), source in zip(self._targets, fragments[0]):
+                np.copyto(target, source)
+            return
+        for i, (target, dim) in enumerate(self._targets):
+            np.concatenate([sources[i] for sources in fragments], axis=dim,
+                           out=target)

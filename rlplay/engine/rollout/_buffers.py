@@ -1,0 +1,112 @@
+"""Fragment buffers shared with worker processes, and who holds which.
+
+One mechanism for ``single`` and ``multi``: :class:`SharedBuffers` lays
+``n_buffers`` fragment buffers out in *one* shared segment
+(:class:`~rlplay.engine.pool.Segment`, checked against ``/dev/shm`` and
+the file-descriptor limits first), tracks which buffers each worker holds
+(free, or being filled), receives the workers' :class:`~._collector.Ready`
+reports into a :class:`~._batch.ReadyQueue` and makes each worker's start
+bundle. A worker retired for a restart leaves the buffers it held to its
+replacement: the fragment it was filling is discarded, never delivered in
+part.
+
+It holds no reference to the generator or to the supervisor, so that the
+supervisor's exit handler may call it while the generator is collected.
+"""
+from collections import deque
+
+from ..pool import Segment, check_capacity, layout, views
+from ._batch import Arrival, ReadyQueue, new_account
+from ._collector import Bye, Ready, WorkerConfig
+
+__all__ = ["SharedBuffers", "WORKER_THREADS"]
+
+# torch threads per worker: the workers already share the cores
+WORKER_THREADS = 1
+
+
+class SharedBuffers:
+    """``n_buffers`` fragment buffers laid out as ``template``, shared.
+
+    Parameters
+    ----------
+    template : Fragment of tensors
+        One buffer (from :func:`~._base.probe_layout`).
+    n_buffers, n_workers : int
+    spec : SessionSpec
+        What every worker shares.
+    params : SharedParams
+    what : str
+        For capacity messages.
+    start_method : str
+        For the file-descriptor check.
+
+    Attributes
+    ----------
+    buffers : list of Aliased
+        The learner's views of each buffer.
+    held : list of deque
+        Per worker, the buffers it holds, in the order it fills them.
+    ready : ReadyQueue
+    accounts : list of dict
+        Per worker (shared with the supervisor's, which adds its own keys).
+    """
+
+    def __init__(self, template, n_buffers, n_workers, spec, params, *,
+                 what, start_method):
+        self._spec, self.stride = layout(template)
+        check_capacity(self.stride * n_buffers, what=what)
+        # a worker is handed the pool, the parameters, its pipe and the
+        # parameters' shared counters; the learner keeps a pipe end and a
+        # sentinel per worker
+        check_capacity(0, n_fds=1 + 3 * n_workers, what=what, worker_fds=5,
+                       start_method=start_method)
+        self.segment = Segment.create(self.stride * n_buffers, what=what)
+        self.buffers = [views(self.segment.flat, self._spec, i * self.stride)
+                        for i in range(n_buffers)]
+        self.spec, self.params = spec, params
+        self.held = [deque(range(w, n_buffers, n_workers))
+                     for w in range(n_workers)]
+        self.accounts = [new_account() for _ in range(n_workers)]
+        self.ready = ReadyQueue(self.accounts)
+        self.time_collect = self.time_worker_wait = 0.0
+
+    def config(self, w, generation):
+        """Worker ``w``'s start bundle: it fills the buffers it holds, and
+        numbers its fragments on from those received."""
+        return WorkerConfig(
+            self.spec, w, w, generation, self.accounts[w]["received"],
+            self.params, (self.segment, self._spec, self.stride),
+            list(self.held[w]), None, WORKER_THREADS)
+
+    def on_message(self, w, message):
+        if isinstance(message, Ready):
+            self.held[w].remove(message.index)
+            self.ready.push(Arrival(w, message.index, message.seq,
+                                    message.version))
+            self.time_collect += message.elapsed
+            self.time_worker_wait += message.waited
+        elif isinstance(message, Bye):
+            self.accounts[w]["collected"] = message.seq
+
+    def on_lost(self, w):
+        """Worker ``w`` is being replaced: the buffers it held go to the
+        replacement; returns the fragment lost in flight (0 or 1)."""
+        return int(bool(self.held[w]))
+
+    def assign(self, indices, n_live=None):
+        """Hand free buffers to the workers that hold the fewest; returns
+        ``{w: [index, ...]}``."""
+        orders = {}
+        for index in indices:
+            w = min(range(len(self.held)), key=lambda w: len(self.held[w]))
+            self.held[w].append(index)
+            orders.setdefault(w, []).append(index)
+        return orders
+
+    def close(self):
+        """Count the undelivered fragments and unmap the pool (the
+        learner's views first, so that the memory is freed)."""
+        self.ready.close()
+        self.buffers = None
+        self.segment.close()

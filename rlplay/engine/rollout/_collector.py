@@ -1,0 +1,355 @@
+"""The worker side of every process-based generator: one session, one loop.
+
+A :class:`Session` is one collector's work, whatever drives it: seed the
+process's generators, rebuild the factory and the actor, make and reset the
+envs, then fill fragment buffers (:func:`rlplay.engine.core.collect`) or
+play evaluation episodes (:func:`rlplay.engine.core.evaluate`). A worker
+process runs :func:`main`, which drives a session from the orders on its
+pipe; a Ray actor (:mod:`rlplay.engine.rollout.cluster`) drives the same
+session from method calls.
+
+Messages (named types, never positional tuples)::
+
+    learner ──► worker                      worker ──► learner
+    Give(indices)   free buffers to fill    Ready(index, seq, version,
+    Evaluate(request) one evaluation              waited, elapsed)
+    STOP            finish and exit         Result(request, returns, lengths,
+                                                  version, elapsed)
+                                            Failed(record, restartable)
+                                            Bye(seq)
+
+A collecting worker fills the buffers it holds in the order it got them,
+loading the latest parameters before each fragment, and waits for a
+``Give`` only when it holds none (and then as long as the learner lives).
+An evaluating worker waits for an ``Evaluate``.
+
+Failures: everything a session raises is sent as :class:`Failed`, with the
+worker's :class:`ErrorRecord` (type, message, traceback) and whether a
+restart may help: an exception from the factory or the envs may be
+transient, one raised by the actor or by rlplay's own checks of what the
+actor and the envs return is a bug that a restart would repeat.
+
+Orphans: a worker exits within about a second of the learner's death,
+whatever it is doing (:func:`rlplay.engine.utils.mp.guard_parent`).
+"""
+import multiprocessing
+import multiprocessing.connection
+import os
+import time
+from collections import deque, namedtuple
+
+import numpy as np
+import torch
+
+from ..core import collect, evaluate, startup
+from ..envs import close_envs, make_envs
+from ..pool import views
+from ..seeds import (collector_seed_sequence, env_seed_sequences,
+                     next_reset_seeds, seed_worker)
+from ..utils.mp import (POLL_INTERVAL, ErrorRecord, guard_parent,
+                        ignore_interrupts)
+
+__all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
+           "SessionSpec", "Session", "WorkerConfig", "LearnerLink", "main"]
+
+# learner -> worker
+Give = namedtuple("Give", "indices")
+Evaluate = namedtuple("Evaluate", "request")
+STOP = "stop"
+# worker -> learner
+Ready = namedtuple("Ready", "index seq version waited elapsed")
+Result = namedtuple("Result", "request returns lengths version elapsed")
+Failed = namedtuple("Failed", "record restartable")
+Bye = namedtuple("Bye", "seq")
+
+SessionSpec = namedtuple(
+    "SessionSpec", "factory actor entropy n_envs sticky check_spaces")
+SessionSpec.__doc__ = """What every worker of a generator shares.
+
+factory, actor : Cloudpickled
+entropy : SeedSequence
+    The run's root.
+n_envs : int
+    Envs per worker.
+sticky : bool
+check_spaces : str
+    As in :func:`rlplay.engine.core.collect`.
+"""
+
+WorkerConfig = namedtuple(
+    "WorkerConfig", "spec index collector generation seq params pool free "
+                    "evaluation threads")
+WorkerConfig.__doc__ = """One worker's start bundle.
+
+spec : SessionSpec
+index : int
+    The worker's index (``meta.worker``; envs ``index * n_envs ..``).
+collector : int
+    Its collector index in the seeding tree (:mod:`rlplay.engine.seeds`).
+generation : int
+    0 for the first worker at ``index``, ``g`` for its ``g``-th
+    replacement.
+seq : int
+    The ``meta.seq`` of its first fragment.
+params : SharedParams
+pool : tuple (segment, spec, stride) or None
+    The shared buffers, for a collecting worker.
+free : list of int
+    The buffers it holds at start.
+evaluation : tuple (n_episodes, max_steps, pending) or None
+    For an evaluating worker; ``pending`` is a request to play at once
+    (a replacement's), or ``None``.
+threads : int
+    Torch threads.
+"""
+
+# the modules whose frames mark an exception as rlplay's own check
+_RLPLAY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _ActorFailure:
+    """Marks exceptions raised inside the actor's ``step`` and ``reset``."""
+
+    def __init__(self, method):
+        self.method = method
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.method(*args, **kwargs)
+        except BaseException as exc:
+            exc.__rlplay_actor__ = True
+            raise
+
+
+def _restartable(exc):
+    # raised by the actor, or by rlplay's own checks (the innermost frame
+    # is rlplay's): a bug that a new worker would only repeat
+    if getattr(exc, "__rlplay_actor__", False):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return not path.startswith(_RLPLAY_DIR + os.sep)
+
+
+class Session:
+    """One collector's work: envs, actor, and the context of collection.
+
+    Parameters
+    ----------
+    spec : SessionSpec
+    index : int
+        The worker index recorded in ``meta.worker``; its envs are
+        ``index * n_envs .. (index + 1) * n_envs - 1`` in ``meta.env``.
+    collector : int
+        Its place in the seeding tree (``index``, or the evaluator's).
+    generation : int
+        Its replacement number (seeds of their own for ``g >= 1``).
+    seq : int
+        The ``meta.seq`` of its first fragment.
+
+    Attributes
+    ----------
+    stage : str
+        What the session is doing, for error messages.
+    actor, envs
+    """
+
+    def __init__(self, spec, index, collector, generation=0, seq=0):
+        self.spec, self.index, self.collector = spec, index, collector
+        self.generation, self.seq = generation, seq
+        self.stage, self.envs, self.actor, self.ctx = "start-up", [], None, None
+        self.version = None
+        self.evaluations = 0
+
+    def start(self, threads=1):
+        """Seed the process's generators, rebuild the factory and the actor
+        and make the envs."""
+        spec = self.spec
+        torch.set_num_threads(threads)
+        seed_worker(collector_seed_sequence(spec.entropy, self.collector,
+                                            self.generation))
+        factory, actor = spec.factory.load(), spec.actor.load()
+        actor.step = _ActorFailure(actor.step)
+        actor.reset = _ActorFailure(actor.reset)
+        self.actor = actor
+        self.seeds = env_seed_sequences(spec.entropy, spec.n_envs,
+                                        self.collector, self.generation)
+        self.stage = "the factory"
+        self.envs = make_envs(factory, self.seeds)
+        self.stage = "start-up"
+
+    def begin(self, buffer):
+        """Reset the envs for collection into buffers laid out as
+        ``buffer``."""
+        self.stage = "reset"
+        first = self.index * self.spec.n_envs
+        self.ctx = startup(self.envs, self.actor, buffer, self.seeds,
+                           worker=self.index,
+                           env_ids=np.arange(first, first + self.spec.n_envs))
+        self.ctx.seq = self.seq
+
+    def load(self, params, check=None, timeout=None):
+        """Load the latest published parameters (if they changed)."""
+        self.version = params.load(self.actor, self.version, check=check,
+                                   timeout=timeout)
+        return self.version
+
+    def fill(self, buffer, version=None):
+        """Collect the next fragment into ``buffer``; returns the seconds
+        it took."""
+        self.stage = f"collect (fragment {self.ctx.seq})"
+        tic = time.perf_counter()
+        collect(self.actor, buffer, self.ctx, sticky=self.spec.sticky,
+                version=self.version if version is None else version,
+                check_spaces=self.spec.check_spaces)
+        return time.perf_counter() - tic
+
+    def evaluate(self, n_episodes, max_steps):
+        """Play ``n_episodes`` in eval mode from fresh resets; returns
+        ``(returns, lengths, seconds)``."""
+        self.stage = f"evaluation {self.evaluations}"
+        self.actor.eval()
+        tic = time.perf_counter()
+        returns, lengths = evaluate(
+            self.envs, self.actor, n_episodes,
+            seed_sequences=next_reset_seeds(self.seeds), max_steps=max_steps)
+        self.evaluations += 1
+        return returns, lengths, time.perf_counter() - tic
+
+    def failure(self, exc):
+        """The :class:`Failed` message for ``exc``."""
+        return Failed(ErrorRecord(exc, self.stage), _restartable(exc))
+
+    def close(self):
+        """Close the envs, quietly (nobody listens to a closing worker)."""
+        envs, self.envs, self.ctx = self.envs, [], None
+        close_envs(envs, quiet=True)
+
+
+class LearnerLink:
+    """The worker's end of the pipe, watching that the learner lives.
+
+    The learner is gone when the pipe reaches EOF, when the parent
+    process's sentinel fires (see :func:`multiprocessing.parent_process`),
+    or when this process was re-parented.
+    """
+
+    def __init__(self, conn):
+        self.conn = conn
+        parent = multiprocessing.parent_process()
+        self.sentinels = [conn] + ([parent.sentinel] if parent is not None
+                                   and parent.sentinel is not None else [])
+        self.ppid = os.getppid()
+
+    def alive(self):
+        """Whether the learner seems alive (cheap; checked every poll)."""
+        return os.getppid() == self.ppid
+
+    def check(self):
+        """Raise ``SystemExit`` if the learner is gone (for waits that are
+        not on the pipe)."""
+        if not self.alive():
+            raise SystemExit("the learner is gone")
+
+    def poll(self):
+        """Whether an order (or the learner's end) is waiting; never
+        waits."""
+        return bool(multiprocessing.connection.wait(self.sentinels, 0)) \
+            or not self.alive()
+
+    def recv(self):
+        """The learner's next order, or ``None`` on :data:`STOP` or when
+        the learner is gone; no deadline (the learner trains as long as it
+        likes), but it ends within :data:`POLL_INTERVAL` of its death."""
+        while True:
+            ready = multiprocessing.connection.wait(self.sentinels,
+                                                    POLL_INTERVAL)
+            if self.conn in ready:
+                try:
+                    order = self.conn.recv()
+                except (EOFError, OSError):
+                    return None
+                return None if order == STOP else order
+            if ready or not self.alive():
+                return None  # the parent's sentinel fired
+
+    def send(self, message):
+        """Send ``message``; ``False`` if the learner is gone."""
+        try:
+            self.conn.send(message)
+            return True
+        except (OSError, EOFError):
+            return False
+
+    def close(self):
+        self.conn.close()
+
+
+def main(conn, config, pdeathsig=True):
+    """A worker process's entry point (the protocol in the docstring)."""
+    guard_parent(pdeathsig)
+    ignore_interrupts()
+    link = LearnerLink(conn)
+    session = Session(config.spec, config.index, config.collector,
+                      config.generation, config.seq)
+    segment = None if config.pool is None else config.pool[0]
+    try:
+        session.start(config.threads)
+        if config.evaluation is None:
+            _serve_fragments(link, session, config)
+        else:
+            _serve_evaluations(link, session, config)
+    except BaseException as exc:  # noqa: BLE001 - reported to the learner
+        link.send(session.failure(exc))
+    finally:
+        session.close()
+        if segment is not None:
+            segment.close()
+        link.close()
+
+
+def _serve_fragments(link, session, config):
+    segment, spec, stride = config.pool
+    buffers = [views(segment.flat, spec, i * stride)
+               for i in range(segment.nbytes // stride)]
+    free = deque(config.free)
+    session.begin(buffers[free[0] if free else 0])
+    while True:
+        tic = time.perf_counter()
+        # wait only when no buffer is held; take orders as they come
+        while not free or link.poll():
+            order = link.recv()
+            if order is None:
+                link.send(Bye(session.ctx.seq))
+                return
+            free.extend(order.indices)
+        index = free.popleft()
+        waited = time.perf_counter() - tic
+        session.stage = f"collect (fragment {session.ctx.seq})"
+        version = session.load(config.params, check=link.check)
+        elapsed = session.fill(buffers[index], version)
+        if not link.send(Ready(index, session.ctx.seq - 1, version, waited,
+                               elapsed)):
+            return
+
+
+def _serve_evaluations(link, session, config):
+    n_episodes, max_steps, pending = config.evaluation
+    while True:
+        if pending is not None:  # a replacement replays the lost request
+            order, pending = Evaluate(pending), None
+        else:
+            session.stage = "waiting"
+            order = link.recv()
+            if order is None:
+                return
+        session.stage = f"evaluation {order.request}"
+        version = session.load(config.params, check=link.check)
+        returns, lengths, elapsed = session.evaluate(n_episodes, max_steps)
+        if not link.send(Result(order.request, returns, lengths, version,
+                                elapsed)):
+            return

@@ -1,0 +1,107 @@
+"""Delivery: how a generator hands a host batch to the learner.
+
+One small interface for every target (the host buffer itself, a fresh
+copy, page-locked memory, a CUDA device) and every source (a buffer of the
+learner's own, or a worker's shared buffer, through a page-locked staging
+copy): a new target is a change here, not a keyword in every generator.
+"""
+import torch
+
+from ..nested import suply
+from ..shared import check_device, copy_
+
+__all__ = ["Delivery"]
+
+
+class Delivery:
+    """How a generator hands a host batch to the learner.
+
+    As it is (``device=None``, ``copy=False``: the caller's buffer, reused);
+    as a fresh copy each time (``copy=True``, page-locked when ``pinned``);
+    or on a CUDA ``device``, copied from page-locked host memory with
+    non-blocking copies into a reused device batch (or a fresh one with
+    ``copy=True``).
+
+    A non-blocking copy reads the host memory after the call returns: the
+    generator must call :meth:`wait` before it writes that memory again
+    (the next fragment, the next collation), or the device batch could
+    receive part of the next one.
+
+    Parameters
+    ----------
+    device : str or torch.device, optional
+        ``'cpu'`` counts as none.
+    pinned : bool
+    copy : bool
+
+    Raises
+    ------
+    RuntimeError
+        Up front, when CUDA is asked for and absent (:func:`check_device`).
+    """
+
+    def __init__(self, device=None, pinned=False, copy=False):
+        device = check_device(device, pinned)
+        self.device = None if device is None or device.type == "cpu" \
+            else device
+        self.pinned, self.copy = pinned, copy
+        self._target, self._copied, self._staging = None, None, None
+
+    @property
+    def host_pinned(self):
+        """Whether the host batch should live in page-locked memory."""
+        return self.pinned or self.device is not None
+
+    def wait(self):
+        """Block until the last non-blocking copy has read its source."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+
+    def __call__(self, host):
+        """The batch to yield for ``host``, a host batch (nested tensors)
+        that the generator rewrites only after :meth:`wait`."""
+        if self.device is None:
+            if not self.copy:
+                return host
+            return suply(lambda x: torch.empty(
+                x.shape, dtype=x.dtype, pin_memory=self.pinned).copy_(x),
+                host)
+        target = self._target
+        if target is None or self.copy:
+            target = suply(lambda x: torch.empty_like(x, device=self.device),
+                           host)
+            if not self.copy:
+                self._target = target
+        copy_(target, host, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record(torch.cuda.current_stream(self.device))
+        return target
+
+
+    def from_shared(self, shared):
+        """The batch to yield for ``shared``, a buffer in (pageable) shared
+        memory that a worker will rewrite as soon as the learner hands it
+        back.
+
+        A device copy, or a pinned batch without ``copy=True``, goes
+        through a page-locked staging copy, allocated once: from pageable
+        memory CUDA first synchronizes the stream (CUDA runtime API, "API
+        synchronization behavior"), so ``next()`` would wait for all the
+        training queued on the GPU; the staging copy costs one host memcpy
+        (what the driver would do anyway) and keeps the device copy
+        asynchronous. Otherwise the shared buffer itself (or a fresh
+        copy) is the batch.
+        """
+        if self.device is None and not (self.pinned and not self.copy):
+            return self(shared)
+        if self._staging is None:
+            self._staging = suply(lambda x: torch.empty(
+                x.shape, dtype=x.dtype, pin_memory=True), shared)
+        self.wait()  # the last device copy must have read the staging copy
+        return self(copy_(self._staging, shared))
+
+    def close(self):
+        """Wait for the copies in flight and drop the staging copy."""
+        self.wait()
+        self._target = self._staging = None

@@ -1,0 +1,382 @@
+"""The learner side of N worker processes: start, watch, replace, shut down.
+
+A :class:`Supervisor` runs the workers of one generator (its protocol
+supplies each worker's start bundle and handles its messages) and owns
+everything about them that is not protocol:
+
+- **start** worker ``w`` (generation ``g``) with a fresh duplex pipe, as an
+  ordinary, non-daemonic process (an env may start processes of its own);
+- **pump**: one bounded wait on every pipe and every process sentinel;
+  messages go to the protocol, a :class:`~._collector.Failed` report or a
+  silent death (SIGKILL, ``os._exit``, segfault: seen on the sentinel
+  within one poll) is a failure;
+- **replace** a failed worker (opt-in, ``restarts``, a budget for the
+  run): retire it (terminate it, release the parameter lock it may have
+  died holding, close its pipe), let the protocol reclaim the fragments it
+  had in flight (discarded, never delivered in part), and start generation
+  ``g + 1`` after ``restart_delay`` seconds with seeds of its own. An
+  exception raised by the actor (or by rlplay's checks of what the actor
+  and the envs return) is never restarted; neither is a crash loop (two
+  generations of one worker in a row that failed before delivering
+  anything), nor anything once the budget is spent: the failure is raised,
+  with the count ("... after 2 restarts");
+- **shut down**, idempotent and ordered: send ``STOP`` to every worker;
+  join them within ``shutdown_timeout`` while reading their last messages
+  (each finishes what it is doing, closes its envs and says ``Bye``);
+  ``SIGTERM``, then ``SIGKILL``, the ones left; close the pipes. After a
+  failure the learner does not wait for the workers' cooperation:
+  ``graceful=False`` goes straight to ``SIGTERM``.
+
+The supervisor registers its shutdown with :mod:`multiprocessing`'s exit
+handler at a priority that runs before that handler joins the remaining
+non-daemonic children, so an interpreter that exits without closing the
+generator stops its workers instead of waiting for them.
+"""
+import multiprocessing.connection
+import multiprocessing.util
+import os
+import sys
+import threading
+import time
+
+from ..errors import WorkerDied
+from ..utils.mp import POLL_INTERVAL, join_or_kill, preload_forkserver
+from ._collector import STOP, Bye, Failed, Ready, main
+
+__all__ = ["Supervisor", "RESTART_DELAY", "EXIT_PRIORITY"]
+
+# seconds before a failed worker's replacement starts, by default
+RESTART_DELAY = 1.0
+# multiprocessing runs finalizers of priority >= 0 before joining children
+EXIT_PRIORITY = 10
+# how long a worker that reported a failure may take to exit on its own
+# before it is terminated (seconds)
+RETIRE_TIMEOUT = 0.2
+
+
+class _Worker:
+    """What the supervisor knows of worker ``index``."""
+
+    def __init__(self, index, account):
+        self.index, self.generation = index, 0
+        self.process = self.conn = None
+        self.pid, self.eof, self.due = None, False, None
+        self.delivered = False      # this generation delivered something
+        self.failed_early = False   # the previous one failed before that
+        self.heard = False          # anything received from this process
+        self.deferred = None        # a failure held back (False: it died)
+        self.account = account
+        account.update(restarts=0, lost=0, last_cause=None)
+
+
+class Supervisor:
+    """Start, watch, replace and shut down the workers of a generator.
+
+    Parameters
+    ----------
+    ctx : multiprocessing context
+    n_workers : int
+    make_config : callable
+        ``make_config(w, generation)`` returns worker ``w``'s
+        :class:`~._collector.WorkerConfig`, called when it starts.
+    on_message : callable
+        ``on_message(w, message)`` handles the protocol's messages.
+    on_lost : callable, optional
+        ``on_lost(w)`` is called when worker ``w`` is retired for a
+        restart; returns the number of fragments it had in flight (which
+        the protocol reclaims).
+    name : str
+        Process names are ``f"{name}-{w}"``.
+    params : SharedParams, optional
+        Whose lock a dead worker may hold.
+    restarts : int
+        The budget of replacements for the run.
+    restart_delay : float
+        Seconds before a replacement starts.
+    shutdown_timeout : float
+    accounts : list of dict, optional
+        The generator's per-worker accounts, which the supervisor extends
+        (new dicts by default).
+
+    Attributes
+    ----------
+    accounts : list of dict
+        Per worker: ``restarts``, ``lost`` fragments and the ``last_cause``
+        (``"type: message"``) of its last failure; ``collected`` (its own
+        count) from its ``Bye``.
+    restarts : int
+        Replacements so far.
+    """
+
+    def __init__(self, ctx, n_workers, make_config, on_message, on_lost=None,
+                 *, name, params=None, restarts=0,
+                 restart_delay=RESTART_DELAY, shutdown_timeout=5.0,
+                 accounts=None):
+        preload_forkserver(ctx)
+        self.ctx, self.make_config = ctx, make_config
+        self.on_message, self.on_lost = on_message, on_lost
+        self.name, self.params = name, params
+        self.budget, self.restart_delay = restarts, restart_delay
+        self.shutdown_timeout = shutdown_timeout
+        accounts = accounts or [{} for _ in range(n_workers)]
+        self.workers = [_Worker(w, accounts[w]) for w in range(n_workers)]
+        self.accounts = [wk.account for wk in self.workers]
+        self.restarts = 0
+        self.closed = False
+        self._owner = os.getpid()
+        # the parent-death signal follows the thread that forks (see
+        # utils.mp.guard_parent): safe from the main thread or the server
+        self._pdeathsig = (ctx.get_start_method() == "forkserver" or
+                           threading.current_thread() is
+                           threading.main_thread())
+        self._finalizer = multiprocessing.util.Finalize(
+            self, Supervisor._shutdown,
+            args=(self.workers, shutdown_timeout, True),
+            exitpriority=EXIT_PRIORITY)
+
+    # ------------------------------------------------------------ start --
+    def start_all(self):
+        """Start every worker (generation 0)."""
+        for wk in self.workers:
+            self._start(wk)
+
+    def _start(self, wk):
+        config = self.make_config(wk.index, wk.generation)
+        conn, child = self.ctx.Pipe(duplex=True)
+        process = self.ctx.Process(
+            target=main, args=(child, config, self._pdeathsig),
+            name=f"{self.name}-{wk.index}", daemon=False)
+        try:
+            process.start()
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            # only the worker holds its end now: when it is gone, ours
+            # sees EOF
+            child.close()
+        wk.process, wk.conn, wk.pid = process, conn, process.pid
+        wk.eof = wk.heard = wk.delivered = False
+        wk.due = wk.deferred = None
+
+    @property
+    def pids(self):
+        return [wk.pid for wk in self.workers]
+
+    @property
+    def starting(self):
+        """Whether a worker has not delivered yet since it started (its
+        start-up gets ``start_timeout`` more)."""
+        return any(not wk.delivered for wk in self.workers)
+
+    # ------------------------------------------------------------- pump --
+    def pump(self, timeout, what):
+        """Wait up to ``timeout`` s (``None``: no bound) for news from any
+        worker and handle it; returns the number of messages handled (and
+        replacements started).
+
+        Raises
+        ------
+        WorkerError, WorkerDied
+            A worker failed and is not to be replaced.
+        """
+        for wk in self.workers:
+            if wk.deferred is not None:  # news delivered before a failure
+                failed, wk.deferred = wk.deferred, None
+                self._failed(wk, failed or None, what)
+                return 1
+        news = self._start_due()
+        live = [wk for wk in self.workers if wk.process is not None]
+        waits = [wk.conn for wk in live if not wk.eof] + [
+            wk.process.sentinel for wk in live]
+        due = [wk.due for wk in self.workers if wk.due is not None]
+        if due:
+            until = max(0.0, min(due) - time.monotonic())
+            timeout = until if timeout is None else min(timeout, until)
+        ready = multiprocessing.connection.wait(waits, timeout) if waits \
+            else time.sleep(timeout or 0) or []
+        for wk in live:
+            if wk.process is None:
+                continue  # retired while draining another worker
+            if wk.conn in ready:
+                news += self._drain(wk, what)
+            if wk.process is not None and wk.process.sentinel in ready:
+                drained = self._drain(wk, what)
+                if wk.process is not None and wk.deferred is None:
+                    if drained:  # deliver those first, fail on the next pump
+                        wk.deferred = False
+                    else:
+                        self._failed(wk, None, what)
+                news += drained
+        return news + self._start_due()
+
+    def check(self, what):
+        """Raise if a worker failed (a liveness check for waits that are not
+        on the pipes, such as the parameter lock); consumes messages."""
+        self.pump(0, what)
+
+    def send(self, w, order):
+        """Send ``order`` to worker ``w``; a worker found gone is a
+        failure (raised, or replaced: then the order is void)."""
+        wk = self.workers[w]
+        try:
+            wk.conn.send(order)
+        except (OSError, EOFError):
+            drained = self._drain(wk, "an order to be taken")
+            if wk.process is not None and wk.deferred is None:
+                if drained:
+                    wk.deferred = False
+                else:
+                    self._failed(wk, None, "an order to be taken")
+
+    def _drain(self, wk, what):
+        news, generation = 0, wk.generation
+        try:
+            while wk.generation == generation and not wk.eof \
+                    and wk.conn.poll():
+                message = wk.conn.recv()
+                wk.heard = True
+                if isinstance(message, Failed):
+                    if news:  # deliver those first, fail on the next pump
+                        wk.deferred = message
+                        return news
+                    self._failed(wk, message, what)
+                    return news + 1
+                if not isinstance(message, Bye):
+                    wk.delivered = True
+                news += 1
+                self.on_message(wk.index, message)
+        except (EOFError, OSError):
+            wk.eof = True
+        return news
+
+    # ---------------------------------------------------------- failure --
+    def _failed(self, wk, failed, what):
+        if failed is not None:
+            exc = failed.record.to_exception(worker=wk.index)
+            restartable = failed.restartable
+            cause = f"{failed.record.type_name}: {failed.record.message}"
+        else:
+            wk.process.join(POLL_INTERVAL)  # its exit code, if on its way
+            exc = WorkerDied.of(wk.process, wk.index, what)
+            if not wk.heard and wk.process.exitcode == 1:
+                exc.args = (exc.args[0] + _start_up_hint(self.ctx),)
+            restartable = True
+            cause = f"WorkerDied: {exc}"
+        wk.account["last_cause"] = cause
+        crash_loop = not wk.delivered and wk.failed_early
+        if not restartable or crash_loop or self.restarts >= self.budget:
+            if crash_loop:
+                exc.args = (exc.args[0] + f" (a crash loop: generation "
+                            f"{wk.generation} of worker {wk.index} failed "
+                            f"before delivering, as did the one before)",)
+            if self.restarts:
+                exc.args = (exc.args[0] + f" after {self.restarts} "
+                            f"restart{'s' * (self.restarts != 1)}",)
+            raise exc
+        self._retire(wk)
+        lost = self.on_lost(wk.index) if self.on_lost is not None else 0
+        wk.account["lost"] += lost
+        wk.account["restarts"] += 1
+        self.restarts += 1
+        wk.failed_early = not wk.delivered
+        wk.generation += 1
+        wk.due = time.monotonic() + self.restart_delay
+
+    def _retire(self, wk):
+        process, pid = wk.process, wk.pid
+        process.join(RETIRE_TIMEOUT)
+        join_or_kill([process], 0.0)
+        if self.params is not None:
+            self.params.recover(pid)
+        wk.conn.close()
+        process.close()
+        wk.process = wk.conn = None
+
+    def _start_due(self):
+        started, now = 0, time.monotonic()
+        for wk in self.workers:
+            if wk.due is not None and wk.due <= now and not self.closed:
+                self._start(wk)
+                started += 1
+        return started
+
+    # --------------------------------------------------------- shutdown --
+    def shutdown(self, graceful=True):
+        """Stop every worker in the order of the module docstring;
+        idempotent. ``graceful=False`` does not wait for them."""
+        if self.closed:
+            return
+        self.closed = True
+        if graceful:
+            self._finalizer()
+        else:
+            self._finalizer.cancel()
+            Supervisor._shutdown(self.workers, 0.0, False,
+                                 owner=self._owner)
+
+    @staticmethod
+    def _shutdown(workers, timeout, graceful, owner=None):
+        # a staticmethod of plain data: the finalizer holds no reference to
+        # the supervisor (or it would never be collected)
+        if owner is not None and owner != os.getpid():
+            return  # a forked copy of the learner: not its workers
+        live = [wk for wk in workers if wk.process is not None]
+        for wk in live:
+            try:
+                wk.conn.send(STOP)
+            except (OSError, EOFError):
+                pass
+        if graceful:
+            deadline = time.monotonic() + timeout
+            running = list(live)
+            while running and time.monotonic() < deadline:
+                waits = [wk.process.sentinel for wk in running] + [
+                    wk.conn for wk in running if not wk.eof]
+                ready = multiprocessing.connection.wait(
+                    waits, max(0.0, deadline - time.monotonic()))
+                for wk in list(running):
+                    if wk.conn in ready:
+                        _discard(wk)
+                    if wk.process.sentinel in ready:
+                        running.remove(wk)
+        join_or_kill([wk.process for wk in live], 0.0)
+        for wk in live:
+            _discard(wk)
+            wk.conn.close()
+            try:
+                wk.process.close()
+            except ValueError:  # unkillable: keep the object
+                pass
+            wk.process = wk.conn = None
+
+
+def _discard(wk):
+    # at shutdown: read what is left (unblocks a worker writing to a full
+    # pipe); errors are moot now; fragments still arriving count as
+    # received (to be discarded), the worker's last count is kept
+    try:
+        while not wk.eof and wk.conn.poll():
+            message = wk.conn.recv()
+            if isinstance(message, Ready) and "received" in wk.account:
+                wk.account["received"] += 1
+            elif isinstance(message, Bye):
+                wk.account["collected"] = message.seq
+    except (EOFError, OSError):
+        wk.eof = True
+
+
+def _start_up_hint(ctx):
+    # a spawned or forkserver worker re-imports the main script; without
+    # the guard it starts a generator again while bootstrapping and exits
+    # with code 1 before saying anything
+    if ctx.get_start_method() == "fork":
+        return ""
+    main_module = sys.modules.get("__main__")
+    if getattr(main_module, "__file__", None) is None:
+        return ""
+    return (f" during its start-up: under the {ctx.get_start_method()!r} "
+            f"start method a worker imports the main script "
+            f"{main_module.__file__!r} again, so a script must create "
+            f"generators under `if __name__ == \"__main__\":` (or use "
+            f"start_method='fork')")
