@@ -691,119 +691,50 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     views = ctx.views(buffer)
     envs, T = ctx.envs, len(views.steps)
     n_envs = len(envs)
-    # rows whose env goes on hold fin = truncated = False and no episode
-    # statistics: clear those fields once for the fragment (row 0 comes
-    # from the previous one next); the loop writes only where episodes end
-    npy.state.fin.fill(False)
-    npy.truncated.fill(False)
-    npy.stats.ret.fill(0)
-    npy.stats.length.fill(0)
-    suply(np.copyto, _row_fields(npy, 0), ctx.last)
+    _begin_fragment(npy, ctx)
     hx = ctx.hx
     copy_(pyt.hx, hx)
     write_obs = _obs_writer(npy.state.obs)
     act_kind = views.act_kind
     has_final = npy.final is not None
     keys = ctx.env_keys
-    # env info is written only where present: clear the whole fragment once
-    # so that absent keys read zero, not what the reused buffer held before
-    for leaf in flatten(npy.env):
-        leaf.fill(0)
-    for leaf in npy.env_mask.values():
-        leaf.fill(False)
     # per-env running returns as Python numbers (cheaper to update than
-    # numpy scalars), written back to `ctx` at the end; an episode's length
-    # is its step count, `stepno`, plus the step that ends it
+    # numpy scalars), written back to `ctx` at the end
     ep_return = ctx.ep_return.tolist()
     # the (j, env) stepped in this fragment, and the columns frozen (sticky)
     live, frozen = list(enumerate(envs)), []
     fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
-    # the inlined observation write below applies to a single array of
-    # this shape; while checking, integer observations take the checked
-    # path (None matches no shape)
-    obs_shape = views.obs_shape
-    if checking:
-        checks = ctx.space_checks()
-        if views.obs_integral:
-            obs_shape = None
-        if ctx._fresh:  # row 0 holds the reset observations
-            if ctx._reset_problem is not None:
-                raise ValueError(ctx._reset_problem + _CHECK_HINT)
-            checks.observation(views.state[0].obs, _reset_label)
-    # a feed-forward actor's hx is (): nothing to reset
-    stateless = type(hx) is tuple and not hx
+    checks, obs_shape = _begin_checks(ctx, views) if checking \
+        else (None, views.obs_shape)
     # the step counts of episodes that go on, for the whole fragment at
     # once; the loop rewrites an env's column from where its episode ends
     stepno, ramp = npy.state.stepno, views.ramp
     np.add(stepno[0], ramp[:, None], out=stepno)
+    pass_ = _Pass(T, ep_return, keys, has_final, write_obs, checks,
+                  obs_shape, stepno, ramp)
+    # a feed-forward actor's hx is (): nothing to reset
+    stateless = type(hx) is tuple and not hx
 
     for t in range(T):
-        (row_pyt, act_dst, info_dst, row, row_next, truncated_next,
-         final_next, ret_next, length_next, env_info, env_mask) = \
-            views.steps[t]
+        step = views.steps[t]
+        row_pyt, act_dst, info_dst, row, row_next, _, final_next, *_ = step
         act, hx_next, info = actor.step(*row_pyt, hx=hx, virtual=False)
         if t == 0:
-            # prepare() checked a virtual call; check a real one too, once
-            # per fragment, before copy_ could broadcast a wrong shape
-            _check_action(act, act_dst)
-            _check_hx(hx_next, hx, "step()", "the hx it was given")
-            _check_info(info, n_envs)
+            _check_real_call(act, act_dst, hx_next, hx, info, n_envs)
         copy_info(info_dst, info)
         copy_act(act_dst, act)
-        obs_next, act_next = row_next.obs, row_next.act
-        rew_next, fin_next = row_next.rew, row_next.fin
+        act_next, fin_next = row_next.act, row_next.fin
         if checking:
             checks.action(act_next, t)
         acts = act_next if act_kind == _ACT_SCALARS else _env_actions(
             act_next, act_kind, n_envs)
-        ended = False
-        if frozen:
-            final_row = views.final[t]
-            for j in frozen:
-                _freeze(row, row_next, final_row, final_next, j)
-            ended = True
-
-        for j, env in live:
-            result = env.step(acts[j])
-            try:
-                obs, rew, terminated, truncated, info = result
-            except (TypeError, ValueError):
-                _envs.check_step(env, result)  # raises a clear TypeError
-                raise
-            ep_return[j] += float(rew)
-            rew_next[j] = rew
-            if keys:
-                for key in keys:
-                    if key in info:
-                        _write_info(env_info[key], j, info[key], key)
-                        env_mask[key][j] = True
-
-            if terminated or truncated:
-                if has_final:
-                    write_obs(final_next, j, obs, "step()")
-                    if checking:
-                        _check_final(checks, final_next, j, obs, t)
-                ret_next[j], length_next[j] = ep_return[j], row.stepno[j] + 1
-                ep_return[j] = 0.0
-                obs, _ = _envs.reset(env)
-                truncated_next[j] = truncated and not terminated
-                fin_next[j] = True
-                # the new episode's step counts, down the rest of the column
-                stepno[t + 1:, j] = ramp[:T - t]
-                ended = True
-            # the common case inlined: an array of the declared shape
-            if type(obs) is np.ndarray and obs.shape == obs_shape:
-                obs_next[j] = obs
-            else:
-                write_obs(obs_next, j, obs, "step()")
-                if checking:
-                    _check_cast(obs_next, j, obs, _step_label(
-                        t, fin_next)(j))
-
+        for j in frozen:
+            _freeze(row, row_next, views.final[t], final_next, j)
+        ended = _step_envs(live, acts, t, step, pass_) or bool(frozen)
         if checking:
-            checks.observation(obs_next, _step_label(t, fin_next))
+            checks.observation(row_next.obs, _step_label(t, fin_next))
         if sticky and ended:  # every env whose episode ended is frozen
             live = [(j, env) for j, env in live if not fin_next[j]]
             frozen = np.flatnonzero(fin_next).tolist()
@@ -812,7 +743,118 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             np.copyto(fin_np, fin_next)
             hx = actor.reset(hx, fin_at.clone())
 
-    if has_final:
+    _end_fragment(actor, npy, views, ctx, hx, version)
+    ctx.ep_return[:] = ep_return
+    if checking:
+        ctx.spaces_checked = True
+    return buffer
+
+
+class _Pass:
+    """What the env loop of one fragment needs besides the step's views."""
+    __slots__ = ("T", "ep_return", "keys", "has_final", "write_obs",
+                 "checks", "obs_shape", "stepno", "ramp")
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
+
+
+def _step_envs(live, acts, t, step, pass_):
+    """Step every live env once (step ``t`` of the fragment), writing row
+    ``t + 1``; returns whether an episode ended."""
+    (_, _, _, row, row_next, truncated_next, final_next, ret_next,
+     length_next, env_info, env_mask) = step
+    obs_next, rew_next, fin_next = row_next.obs, row_next.rew, row_next.fin
+    ep_return, keys, checks = pass_.ep_return, pass_.keys, pass_.checks
+    write_obs, obs_shape = pass_.write_obs, pass_.obs_shape
+    ended = False
+    for j, env in live:
+        result = env.step(acts[j])
+        try:
+            obs, rew, terminated, truncated, info = result
+        except (TypeError, ValueError):
+            _envs.check_step(env, result)  # raises a clear TypeError
+            raise
+        ep_return[j] += float(rew)
+        rew_next[j] = rew
+        if keys:
+            _write_env_info(keys, info, env_info, env_mask, j)
+        if terminated or truncated:
+            if pass_.has_final:
+                write_obs(final_next, j, obs, "step()")
+                if checks is not None:
+                    _check_final(checks, final_next, j, obs, t)
+            # an episode's length is its step count plus this step
+            ret_next[j], length_next[j] = ep_return[j], row.stepno[j] + 1
+            ep_return[j] = 0.0
+            obs, _ = _envs.reset(env)
+            truncated_next[j] = truncated and not terminated
+            fin_next[j] = True
+            # the new episode's step counts, down the rest of the column
+            pass_.stepno[t + 1:, j] = pass_.ramp[:pass_.T - t]
+            ended = True
+        # the common case inlined: an array of the declared shape
+        if type(obs) is np.ndarray and obs.shape == obs_shape:
+            obs_next[j] = obs
+        else:
+            write_obs(obs_next, j, obs, "step()")
+            if checks is not None:
+                _check_cast(obs_next, j, obs, _step_label(t, fin_next)(j))
+    return ended
+
+
+def _begin_fragment(npy, ctx):
+    """Clear what the loop writes only where episodes end, and copy row 0
+    from the end of the previous fragment."""
+    # rows whose env goes on hold fin = truncated = False and no episode
+    # statistics: clear those fields once for the fragment
+    npy.state.fin.fill(False)
+    npy.truncated.fill(False)
+    npy.stats.ret.fill(0)
+    npy.stats.length.fill(0)
+    suply(np.copyto, _row_fields(npy, 0), ctx.last)
+    # env info is written only where present: clear the whole fragment once
+    # so that absent keys read zero, not what the reused buffer held before
+    for leaf in flatten(npy.env):
+        leaf.fill(0)
+    for leaf in npy.env_mask.values():
+        leaf.fill(False)
+
+
+def _begin_checks(ctx, views):
+    """The space checks of a fragment that is checked, and the shape of
+    observations written without the checked path (``None`` for integer
+    observations, which take it)."""
+    checks = ctx.space_checks()
+    if ctx._fresh:  # row 0 holds the reset observations
+        if ctx._reset_problem is not None:
+            raise ValueError(ctx._reset_problem + _CHECK_HINT)
+        checks.observation(views.state[0].obs, _reset_label)
+    return checks, None if views.obs_integral else views.obs_shape
+
+
+def _check_real_call(act, act_dst, hx_next, hx, info, n_envs):
+    # prepare() checked a virtual call; check a real one too, once per
+    # fragment, before copy_ could broadcast a wrong shape
+    _check_action(act, act_dst)
+    _check_hx(hx_next, hx, "step()", "the hx it was given")
+    _check_info(info, n_envs)
+
+
+def _write_env_info(keys, info, env_info, env_mask, j):
+    for key in keys:
+        if key in info:
+            _write_info(env_info[key], j, info[key], key)
+            env_mask[key][j] = True
+
+
+def _end_fragment(actor, npy, views, ctx, hx, version):
+    """Fill what is known once the last step is taken: ``final`` where no
+    episode ended, the lookahead ``info`` of row ``T``, ``meta``; advance
+    ``ctx`` past the fragment."""
+    T = len(views.steps)
+    if npy.final is not None:
         # `final` is the observation itself where no episode ended: copied
         # once for the fragment (the loop wrote the rest)
         np.logical_not(npy.state.fin[1:], out=views.not_fin)
@@ -825,15 +867,11 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     npy.meta.worker[:] = ctx.worker
     npy.meta.env[:] = ctx.env_ids
     npy.meta.seq[:] = ctx.seq
-    ctx.ep_return[:] = ep_return
     ctx.ep_length[:] = npy.state.stepno[T]
     ctx.hx = hx
     ctx.seq += 1
     ctx._fresh = False
-    if checking:
-        ctx.spaces_checked = True
     suply(np.copyto, ctx.last, _row_fields(npy, T))
-    return buffer
 
 
 def _step_label(t, fin_next):
@@ -959,15 +997,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     suply(np.copyto, npy.act, example.act)  # the placeholder, as startup
     write = _obs_writer(obs_npy)
     checks = None if mode == "never" else _SpaceChecks(envs[0])
-    for j, env in enumerate(envs):
-        seed = reset_seed(None if seed_sequences is None
-                          else seed_sequences[j])
-        obs, _ = _envs.reset(env, seed=seed)
-        write(obs_npy, j, obs, "reset()")
-        if checks is not None:
-            _check_cast(obs_npy, j, obs, _reset_label(j))
-    if checks is not None:
-        checks.observation(obs_npy, _reset_label)
+    _reset_all(envs, seed_sequences, obs_npy, write, checks)
     npy.fin[:] = True
     hx = _initial_hx(actor, row)
     results = [[] for _ in envs]
@@ -980,11 +1010,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         checking = checks is not None and (mode == "always"
                                            or n_first < n_envs)
         act, hx_next, info = actor.step(*row, hx=hx, virtual=False)
-        # as collect() checks each fragment's first step, before copy_
-        # could broadcast a wrong shape or cast a wrong dtype
-        _check_action(act, row.act)
-        _check_hx(hx_next, hx, "step()", "the hx it was given")
-        _check_info(info, n_envs)
+        # every call, before copy_ could broadcast a wrong shape
+        _check_real_call(act, row.act, hx_next, hx, info, n_envs)
         hx = hx_next
         copy_(row.act, act)
         if checking:
@@ -1024,6 +1051,19 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     flat = [pair for per_env in results for pair in per_env][:n_episodes]
     returns, lengths = np.array(flat).T
     return returns.astype(np.float64), lengths.astype(np.int64)
+
+
+def _reset_all(envs, seed_sequences, obs_npy, write, checks):
+    """Reset every env into ``obs_npy`` (row 0 of :func:`evaluate`)."""
+    for j, env in enumerate(envs):
+        seed = reset_seed(None if seed_sequences is None
+                          else seed_sequences[j])
+        obs, _ = _envs.reset(env, seed=seed)
+        write(obs_npy, j, obs, "reset()")
+        if checks is not None:
+            _check_cast(obs_npy, j, obs, _reset_label(j))
+    if checks is not None:
+        checks.observation(obs_npy, _reset_label)
 
 
 def episode(env, actor, *, seed=None, max_steps=None, check_spaces="first"):

@@ -286,16 +286,7 @@ def getitem(tree, index):
     >>> getitem({"a": np.arange(3), "b": (np.arange(3) * 10,)}, 1)
     {'a': np.int64(1), 'b': (np.int64(10),)}
     """
-    kind = _KINDS.get(type(tree))
-    if kind is None:
-        kind = _kind_of(type(tree))
-    if kind == _LEAF:
-        return tree[index]
-    if kind == _DICT:
-        return {key: getitem(value, index) for key, value in tree.items()}
-    if kind == _NONE:
-        return None
-    return _rebuild(tree, kind, [getitem(value, index) for value in tree])
+    return _map1(lambda leaf: leaf[index], tree)
 
 
 def setitem(tree, index, value):
@@ -320,13 +311,13 @@ def setitem(tree, index, value):
         _raise(exc)
 
 
+def _kind(x):
+    kind = _KINDS.get(type(x))
+    return _kind_of(type(x)) if kind is None else kind
+
+
 def _setitem(tree, index, value):
-    kind = _KINDS.get(type(tree))
-    if kind is None:
-        kind = _kind_of(type(tree))
-    okind = _KINDS.get(type(value))
-    if okind is None:
-        okind = _kind_of(type(value))
+    kind, okind = _kind(tree), _kind(value)
     if kind == _LEAF and okind == _LEAF:
         tree[index] = value
         return

@@ -40,10 +40,11 @@ import threading
 import time
 
 from ..errors import WorkerDied
-from ..utils.mp import POLL_INTERVAL, join_or_kill, preload_forkserver
+from ..utils.mp import (POLL_INTERVAL, first_timeout, join_or_kill,
+                        preload_forkserver)
 from ._collector import STOP, Bye, Failed, Ready, main
 
-__all__ = ["Supervisor", "RESTART_DELAY", "EXIT_PRIORITY"]
+__all__ = ["Supervisor", "Supervised", "RESTART_DELAY", "EXIT_PRIORITY"]
 
 # seconds before a failed worker's replacement starts, by default
 RESTART_DELAY = 1.0
@@ -349,6 +350,64 @@ class Supervisor:
             except ValueError:  # unkillable: keep the object
                 pass
             wk.process = wk.conn = None
+
+
+class Supervised:
+    """The learner's side of a generator whose workers a
+    :class:`Supervisor` runs (``self.params`` set first)."""
+
+    _supervisor = None
+
+    def _supervise(self, ctx, n_workers, protocol, *, name, restarts,
+                   restart_delay, shutdown_timeout):
+        """Start ``n_workers`` workers serving ``protocol``: an object
+        with ``config(w, generation)``, ``on_message(w, message)``,
+        ``on_lost(w)`` and ``accounts`` (see :class:`Supervisor`). On a
+        failure, closes the generator (``_close(graceful=False)``) and
+        raises."""
+        try:
+            self._supervisor = Supervisor(
+                ctx, n_workers, protocol.config, protocol.on_message,
+                protocol.on_lost, name=name, params=self.params,
+                restarts=restarts, restart_delay=restart_delay,
+                shutdown_timeout=shutdown_timeout,
+                accounts=protocol.accounts)
+            self._supervisor.start_all()
+        except BaseException:
+            self._close(graceful=False)
+            raise
+
+    def _bound(self):
+        # how long to wait without news: start-up time too while a worker
+        # has not delivered yet (the first batch, or a replacement)
+        return first_timeout(self.timeout, self.start_timeout) \
+            if self._supervisor.starting else self.timeout
+
+    def _await(self, done, what, deadline, renew=True):
+        """Pump news until ``done()`` is true (returns ``True``) or
+        ``deadline`` passes (``False``); news renews the deadline by
+        :meth:`_bound` unless ``renew`` is false. Worker failures raise."""
+        while not done():
+            remaining = deadline.remaining()
+            if remaining == 0:
+                return False
+            if self._supervisor.pump(remaining, what) and renew:
+                deadline.renew(self._bound())
+        return True
+
+    @property
+    def pids(self):
+        """The pid of each worker (of its latest generation)."""
+        return self._supervisor.pids
+
+    @property
+    def process(self):
+        """Worker 0's process object (``None`` between generations)."""
+        return self._supervisor.workers[0].process
+
+    @property
+    def pid(self):
+        return self._supervisor.pids[0]
 
 
 def _discard(wk):

@@ -51,18 +51,15 @@ raise, is replaced; an evaluation in progress is discarded and the
 replacement plays it again from fresh resets (seeded from its own
 generation), with the same parameters.
 """
-import time
 from collections import namedtuple
 
-from ..core import check_count
 from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR, seed_sequence
-from ..utils.mp import (Cloudpickled, check_timeouts, first_timeout,
-                        get_context)
+from ..utils.mp import Cloudpickled, check_timeouts, get_context
 from ._base import Breakable, Deadline, Status, check_arguments
 from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
 from ._params import SharedParams, cpu_copy
-from ._supervisor import RESTART_DELAY, Supervisor
+from ._supervisor import RESTART_DELAY, Supervised
 
 __all__ = ["Evaluator", "Evaluation", "TIMEOUT", "START_TIMEOUT",
            "SHUTDOWN_TIMEOUT"]
@@ -92,6 +89,7 @@ class _Requests:
     def __init__(self, spec, params, evaluation):
         self.spec, self.params, self.evaluation = spec, params, evaluation
         self.count, self.version, self.result = 0, None, None
+        self.accounts = [{}]  # the worker's, filled by the supervisor
 
     def config(self, w, generation):
         # a replacement plays the outstanding request again at once
@@ -111,7 +109,7 @@ class _Requests:
         return int(self.version is not None and self.result is None)
 
 
-class Evaluator(Breakable):
+class Evaluator(Supervised, Breakable):
     """Evaluate the learner's actor in a worker process, on request.
 
     Parameters
@@ -198,26 +196,11 @@ class Evaluator(Breakable):
                            entropy, int(n_envs), False, "first")
         self._requests = _Requests(spec, self.params,
                                    (int(n_episodes), max_steps))
-        self._supervisor = Supervisor(
-            mp_ctx, 1, self._requests.config, self._requests.on_message,
-            self._requests.on_lost, name="rlplay-evaluate",
-            params=self.params, restarts=restarts,
-            restart_delay=restart_delay, shutdown_timeout=shutdown_timeout)
         self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,
-                      "restarts": 0, "workers": self._supervisor.accounts}
-        try:
-            self._supervisor.start_all()
-        except BaseException:
-            self._close(graceful=False)
-            raise
-
-    @property
-    def process(self):
-        return self._supervisor.workers[0].process
-
-    @property
-    def pid(self):
-        return self._supervisor.pids[0]
+                      "restarts": 0, "workers": self._requests.accounts}
+        self._supervise(mp_ctx, 1, self._requests, name="rlplay-evaluate",
+                        restarts=restarts, restart_delay=restart_delay,
+                        shutdown_timeout=shutdown_timeout)
 
     @property
     def pending(self):
@@ -304,30 +287,22 @@ class Evaluator(Breakable):
                              stop=self._closed_error(),
                              keep=(RolloutTimeout,))
 
-    def _bound(self, timeout):
-        if timeout is not None:
-            return timeout
-        return first_timeout(self.timeout, self.start_timeout) \
-            if self._supervisor.starting else self.timeout
-
     def _wait(self, timeout, block=False):
         requests, supervisor = self._requests, self._supervisor
         what = f"evaluation {requests.count}"
         if requests.version is None:
             supervisor.check("a request")
             return None
-        deadline = Deadline(self._bound(timeout) if block else 0.0)
+        bound = self._bound() if timeout is None else timeout
+        deadline = Deadline(bound if block else 0.0)
         supervisor.pump(0, what)
-        while requests.result is None:
-            remaining = deadline.remaining()
-            if remaining == 0:
-                if not block:
-                    return None
-                raise RolloutTimeout(
-                    f"no result of {what} within {deadline.bound} s "
-                    f"although the worker is alive")
-            if supervisor.pump(remaining, what) and timeout is None:
-                deadline.renew(self._bound(None))
+        if not self._await(lambda: requests.result is not None, what,
+                           deadline, renew=timeout is None):
+            if not block:
+                return None
+            raise RolloutTimeout(
+                f"no result of {what} within {deadline.bound} s "
+                f"although the worker is alive")
         message, requests.result, requests.version = requests.result, \
             None, None
         result = Evaluation(message.returns, message.lengths,

@@ -93,7 +93,7 @@ import time
 
 from ..errors import RolloutTimeout
 from ..seeds import seed_sequence
-from ..utils.mp import Cloudpickled, first_timeout, get_context
+from ..utils.mp import Cloudpickled, get_context
 from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
                     Generator, Stats, Status, check_arguments, probe_layout)
 from ._batch import Collation, check_hx_dim
@@ -101,12 +101,12 @@ from ._buffers import SharedBuffers
 from ._collector import Give, SessionSpec
 from ._delivery import Delivery
 from ._params import SharedParams, cpu_copy
-from ._supervisor import RESTART_DELAY, Supervisor
+from ._supervisor import RESTART_DELAY, Supervised
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout(Generator):
+class Rollout(Supervised, Generator):
     """An endless iterator of batches collated from worker processes.
 
     Use :func:`rollout` (which documents the arguments). A context
@@ -181,31 +181,18 @@ class Rollout(Generator):
                                         self.delivery.host_pinned)
             self._sources = [Collation.sources(buffer.npy)
                              for buffer in self._pool.buffers]
-            self._supervisor = Supervisor(
-                mp_ctx, n_actors, self._pool.config, self._pool.on_message,
-                self._pool.on_lost, name="rlplay-multi", params=self.params,
-                restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout,
-                accounts=self._pool.accounts)
             self.stats = Stats(self._pool.accounts)
-            self._supervisor.start_all()
         except BaseException:
             self._close(graceful=False)
             raise
-
-    @property
-    def pids(self):
-        return self._supervisor.pids
+        self._supervise(mp_ctx, n_actors, self._pool, name="rlplay-multi",
+                        restarts=restarts, restart_delay=restart_delay,
+                        shutdown_timeout=shutdown_timeout)
 
     @property
     def version(self):
         """The parameter version published by the last ``next()``."""
         return self.stats["version"]
-
-    def _bound(self):
-        # start-up time for the first batch, and while a replacement starts
-        return first_timeout(self.timeout, self.start_timeout) \
-            if self._supervisor.starting else self.timeout
 
     def _next(self):
         # the rows "next() #k" of the timeline in the module docstring
@@ -218,21 +205,19 @@ class Rollout(Generator):
             self.actor, check=lambda: supervisor.check(what),
             timeout=deadline.lock_timeout())
         taken = []
-        while True:
-            taken += pool.ready.take(self.n_per_batch - len(taken), version,
-                                     self.max_lag, self._recycle)
-            if len(taken) == self.n_per_batch:
-                break
-            remaining = deadline.remaining()
-            if remaining == 0:
-                pool.ready.give_back(taken)
-                raise RolloutTimeout(
-                    f"no fragment for {what} within {deadline.bound} s "
-                    f"({len(taken)} of {self.n_per_batch} in hand) although "
-                    f"the {len(self.pids)} workers are alive; raise "
-                    f"timeout= for slow envs")
-            if supervisor.pump(remaining, what):
-                deadline.renew(self._bound())  # news: wait afresh
+
+        def enough():
+            taken.extend(pool.ready.take(self.n_per_batch - len(taken),
+                                         version, self.max_lag, self._recycle))
+            return len(taken) == self.n_per_batch
+
+        if not self._await(enough, what, deadline):
+            pool.ready.give_back(taken)
+            raise RolloutTimeout(
+                f"no fragment for {what} within {deadline.bound} s "
+                f"({len(taken)} of {self.n_per_batch} in hand) although "
+                f"the {len(self.pids)} workers are alive; raise "
+                f"timeout= for slow envs")
         toc = time.perf_counter()
         self.delivery.wait()  # the last device copy read the host batch
         self._collation.collate([self._sources[a.index] for a in taken])

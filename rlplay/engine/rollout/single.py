@@ -85,19 +85,19 @@ import time
 
 from ..errors import RolloutTimeout
 from ..seeds import seed_sequence
-from ..utils.mp import Cloudpickled, first_timeout, get_context
+from ..utils.mp import Cloudpickled, get_context
 from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
                     Generator, Stats, check_arguments, probe_layout)
 from ._buffers import SharedBuffers
 from ._collector import Give, SessionSpec
 from ._delivery import Delivery
 from ._params import SharedParams, cpu_copy
-from ._supervisor import RESTART_DELAY, Supervisor
+from ._supervisor import RESTART_DELAY, Supervised
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout(Generator):
+class Rollout(Supervised, Generator):
     """An endless iterator of fragments collected by one worker process.
 
     Use :func:`rollout` (which documents the arguments). A context
@@ -155,30 +155,13 @@ class Rollout(Generator):
                 what=f"two buffers of {n_steps} steps of {n_envs} envs",
                 start_method=mp_ctx.get_start_method())
             self.buffers = tuple(self._pool.buffers)
-            self._supervisor = Supervisor(
-                mp_ctx, 1, self._pool.config, self._pool.on_message,
-                self._pool.on_lost, name="rlplay-single",
-                params=self.params, restarts=restarts,
-                restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout,
-                accounts=self._pool.accounts)
             self.stats = Stats(self._pool.accounts)
-            self._supervisor.start_all()
         except BaseException:
             self._close(graceful=False)
             raise
-
-    @property
-    def process(self):
-        return self._supervisor.workers[0].process
-
-    @property
-    def pid(self):
-        return self._supervisor.pids[0]
-
-    def _bound(self):
-        return first_timeout(self.timeout, self.start_timeout) \
-            if self._supervisor.starting else self.timeout
+        self._supervise(mp_ctx, 1, self._pool, name="rlplay-single",
+                        restarts=restarts, restart_delay=restart_delay,
+                        shutdown_timeout=shutdown_timeout)
 
     def _next(self):
         # one step of the protocol in the module docstring
@@ -188,14 +171,10 @@ class Rollout(Generator):
         what = f"fragment {k}"
         deadline = Deadline(self._bound())
         supervisor.pump(0, what)
-        while not len(pool.ready):
-            remaining = deadline.remaining()
-            if remaining == 0:
-                raise RolloutTimeout(
-                    f"no {what} within {deadline.bound} s although the "
-                    f"worker is alive; raise timeout= for slow envs")
-            if supervisor.pump(remaining, what):
-                deadline.renew(self._bound())
+        if not self._await(lambda: len(pool.ready), what, deadline):
+            raise RolloutTimeout(
+                f"no {what} within {deadline.bound} s although the "
+                f"worker is alive; raise timeout= for slow envs")
         arrival, = pool.ready.take(1, 0, None, None)
         assert arrival.index == k % 2 and arrival.version == max(k - 1, 0), \
             arrival
