@@ -18,7 +18,6 @@
 """
 import contextlib
 import ctypes
-import ctypes.util
 import multiprocessing
 import numbers
 import os
@@ -186,7 +185,9 @@ def guard_parent(pdeathsig=True, interval=WATCHDOG_INTERVAL):
     ppid = os.getppid()
     if pdeathsig and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            # the interpreter's own symbols, libc's among them: no search
+            # for the library (find_library runs ldconfig)
+            libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
         if os.getppid() != ppid:  # died before the signal was armed
             os._exit(1)
