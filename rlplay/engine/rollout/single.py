@@ -7,12 +7,13 @@ The learner allocates two fragment buffers ``A`` and ``B`` in one shared
 segment (:mod:`._buffers`, the mechanism of ``multi``), a shared copy of
 the actor's parameters (:class:`~._params.SharedParams`, version ``v0``)
 and starts the worker (:mod:`._supervisor`), which runs the worker loop of
-:mod:`._collector`: ``single`` is the protocol of ``multi`` with one worker,
-two buffers and one fragment per batch, and the rule below on publishing. Fragment ``k`` goes to buffer
-``k % 2`` and is collected with the parameters of version ``max(k - 1,
-0)``: the policy lag is exactly one batch. ``v_k`` is what the learner's
-actor holds at ``next()`` #k (counting from 0), that is after training on
-fragments ``0 .. k - 1``::
+:mod:`._collector`: ``single`` is the protocol of ``multi`` with one
+worker, two buffers and one fragment per batch, and the rule below on
+publishing. Fragment ``k`` goes to buffer ``k % 2`` and is collected
+with the parameters of version ``max(k - 1, 0)``: the policy lag is
+exactly one batch. ``v_k`` is what the learner's actor holds at
+``next()`` #k (counting from 0), that is after training on fragments
+``0 .. k - 1``::
 
     learner                                       worker
     -------                                       ------
