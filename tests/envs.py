@@ -3,8 +3,10 @@
 They live in an importable module (not conftest) so that worker processes
 started with spawn or forkserver can unpickle them by reference.
 """
+import multiprocessing
 import os
 import signal
+import time
 
 import gymnasium
 import numpy as np
@@ -190,3 +192,231 @@ class SpacesEnv(gymnasium.Env):
         terminated = self.term_every is not None and \
             self.t % self.term_every == 0
         return self.obs(self.episode, self.t), 1.0, terminated, False, {}
+
+
+# --------------------------------------------- envs that fail once, or a few
+# times, in the whole run, whichever process gets there first (restarts) --
+
+def claim(markers):
+    """The first of ``markers`` (paths) that this call creates, or
+    ``None``: each is created atomically (``O_CREAT | O_EXCL``), so that
+    it is claimed by exactly one call in all the processes of a run."""
+    for marker in markers:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                             0o600))
+        except FileExistsError:
+            continue
+        return marker
+    return None
+
+
+def in_worker(worker):
+    """Whether this process is worker ``worker`` of a generator (its
+    processes are named ``rlplay-<generator>-<worker>``)."""
+    name = multiprocessing.current_process().name
+    return name.startswith("rlplay-") and name.rsplit("-", 1)[1] == \
+        str(worker)
+
+
+class FlakyEnv(CountingEnv):
+    """A CountingEnv (terminating every ``term_every`` steps) that fails
+    at its ``at``-th step since it was made, in worker ``worker`` only,
+    each time it claims one of ``markers`` (:func:`claim`): with one
+    marker, once in the run; with ``n``, in ``n`` generations of the
+    worker.
+
+    ``fault``: ``"exit"`` (``os._exit(3)``), ``"kill"`` (SIGKILLs itself),
+    ``"step"`` (raises ``ValueError``), ``"hang"`` (writes its pid to
+    ``<marker>.pid`` and sleeps up to ``hang_for`` s, to be killed from
+    outside), ``"obs"`` (returns an observation of the wrong shape, which
+    rlplay's own checks refuse).
+    """
+
+    def __init__(self, fault, markers, at=6, worker=0, term_every=3,
+                 hang_for=30.0):
+        super().__init__(term_every=term_every)
+        self.fault, self.markers, self.at = fault, tuple(markers), at
+        self.worker, self.hang_for, self.steps = worker, hang_for, 0
+
+    def step(self, action):
+        self.steps += 1
+        marker = None
+        if self.steps == self.at and in_worker(self.worker):
+            marker = claim(self.markers)
+        if marker is not None:
+            if self.fault == "exit":
+                os._exit(3)
+            if self.fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.fault == "step":
+                raise ValueError("step failed on purpose")
+            if self.fault == "hang":
+                # say who hangs where (whole, by a rename) and wait
+                with open(marker + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.replace(marker + ".tmp", marker + ".pid")
+                time.sleep(self.hang_for)
+            if self.fault == "obs":
+                super().step(action)
+                return np.zeros(3, np.float32), 0.0, False, False, {}
+        return super().step(action)
+
+
+def flaky_factory(seed=None, *, failing_seeds=(), factory_markers=(),
+                  **kwargs):
+    """A :class:`FlakyEnv` (``kwargs``); the factory itself raises when
+    the engine gives it one of ``failing_seeds`` (those of a later
+    generation, say) and it claims one of ``factory_markers``."""
+    if seed in failing_seeds and claim(factory_markers) is not None:
+        raise RuntimeError("factory failed on purpose")
+    return FlakyEnv(**kwargs)
+
+
+class RandomCrashEnv(CountingEnv):
+    """A CountingEnv (terminating every ``term_every`` steps) that crashes
+    at random: after its first ``safe`` steps, each step crashes with
+    probability ``rate`` (``os._exit``, a SIGKILL, or an exception, at
+    random), drawn from a generator seeded with the ``seed`` its factory
+    gets. Never within its first ``safe`` steps, so that a replacement
+    delivers its first fragment (or two failures in a row would be a crash
+    loop)."""
+
+    def __init__(self, seed=None, rate=0.01, safe=8, term_every=3):
+        super().__init__(term_every=term_every)
+        self.rng = np.random.default_rng(seed)
+        self.rate, self.safe, self.steps = rate, safe, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.safe and self.rng.random() < self.rate:
+            kind = self.rng.integers(3)
+            if kind == 0:
+                os._exit(5)
+            if kind == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ConnectionError("the simulator went away on purpose")
+        return super().step(action)
+
+
+def random_crash_factory(seed=None, rate=0.01, safe=8, term_every=3):
+    """A module-level factory of :class:`RandomCrashEnv` (takes ``seed=``)."""
+    return RandomCrashEnv(seed, rate, safe, term_every)
+
+
+# ----------------------------------- envs of tests/test_guarantees.py: they
+# stall, fail at a known time, or start processes of their own, in worker
+# processes only (the learner's probe env never steps) --
+
+def worker_index():
+    """This process's worker index, or ``None`` outside a generator's
+    worker (its processes are named ``rlplay-<generator>-<worker>``)."""
+    name = multiprocessing.current_process().name
+    if not name.startswith("rlplay-"):
+        return None
+    return int(name.rsplit("-", 1)[1])
+
+
+class StallEnv(CountingEnv):
+    """A CountingEnv whose ``at``-th step since it was made stalls in a
+    worker (``worker``: only in that one): it writes a file named after its
+    pid in ``marker_dir`` (if given), then sleeps ``stall_for`` seconds
+    and goes on."""
+
+    def __init__(self, at=1, worker=None, marker_dir=None, stall_for=1000.0,
+                 term_every=None):
+        super().__init__(term_every=term_every)
+        self.at, self.worker, self.marker_dir = at, worker, marker_dir
+        self.stall_for, self.steps = stall_for, 0
+
+    def _stalls(self):
+        index = worker_index()
+        return index is not None and self.worker in (None, index)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at and self._stalls():
+            if self.marker_dir is not None:
+                path = os.path.join(self.marker_dir, str(os.getpid()))
+                with open(path + ".tmp", "w") as f:
+                    f.write(str(time.time()))
+                os.replace(path + ".tmp", path)  # whole, or not at all
+            time.sleep(self.stall_for)
+        return super().step(action)
+
+
+class StampedFailure(Exception):
+    """Raised by :class:`LateErrorEnv`; its message ends with the
+    ``time.time()`` at which it was raised."""
+
+
+class LateErrorEnv(CountingEnv):
+    """A CountingEnv that, in worker ``worker``, sleeps ``delay`` seconds
+    at its ``at``-th step and raises :class:`StampedFailure` stamped with
+    the time; in any other worker it stalls for good at step
+    ``stall_others_at`` (``None``: never)."""
+
+    def __init__(self, at, delay=0.3, worker=0, stall_others_at=None):
+        super().__init__()
+        self.at, self.delay, self.worker = at, delay, worker
+        self.stall_others_at, self.steps = stall_others_at, 0
+
+    def step(self, action):
+        self.steps += 1
+        index = worker_index()
+        if index == self.worker and self.steps == self.at:
+            time.sleep(self.delay)
+            raise StampedFailure(f"failed on purpose at {time.time()!r}")
+        if index not in (None, self.worker) and \
+                self.steps == self.stall_others_at:
+            time.sleep(1000.0)
+        return super().step(action)
+
+
+def stalling_factory(stall_for=1000.0):
+    """A CountingEnv, after ``stall_for`` seconds in a worker (none in the
+    learner)."""
+    if worker_index() is not None:
+        time.sleep(stall_for)
+    return CountingEnv()
+
+
+def _helper_main(conn):
+    # an env's helper process (a simulator server, say): echoes until its
+    # env ends it
+    try:
+        while True:
+            conn.send(conn.recv())
+    except (EOFError, OSError):
+        pass
+
+
+class HelperProcessEnv(CountingEnv):
+    """A CountingEnv that starts a helper process (a ``multiprocessing``
+    child, of the ``start_method`` context) when made and ends it in
+    ``close()``; it writes the helper's pid to a file in ``pid_dir``."""
+
+    def __init__(self, start_method, pid_dir):
+        super().__init__()
+        ctx = multiprocessing.get_context(start_method)
+        self.conn, child = ctx.Pipe()
+        self.helper = ctx.Process(target=_helper_main, args=(child,),
+                                  name="env-helper")
+        self.helper.start()
+        child.close()
+        path = os.path.join(pid_dir, str(self.helper.pid))
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+
+    def step(self, action):
+        self.conn.send(self.t)  # the helper takes part in every step
+        assert self.conn.recv() == self.t
+        return super().step(action)
+
+    def close(self):
+        if self.helper is not None:
+            self.conn.close()
+            self.helper.terminate()
+            self.helper.join(5.0)
+            self.helper = None
+        super().close()
