@@ -43,6 +43,7 @@ from ..errors import WorkerDied
 from ..utils.mp import (POLL_INTERVAL, first_timeout, join_or_kill,
                         preload_forkserver)
 from ._collector import STOP, Bye, Failed, Ready, main
+from ._restarts import Member, RestartPolicy, reported
 
 __all__ = ["Supervisor", "Supervised", "RESTART_DELAY", "EXIT_PRIORITY"]
 
@@ -55,22 +56,18 @@ EXIT_PRIORITY = 10
 RETIRE_TIMEOUT = 0.2
 
 
-class _Worker:
+class _Worker(Member):
     """What the supervisor knows of worker ``index``."""
 
     def __init__(self, index, account):
-        self.index, self.generation = index, 0
+        super().__init__(index, account)
         self.process = self.conn = None
-        self.pid, self.eof, self.due = None, False, None
-        self.delivered = False      # this generation delivered something
-        self.failed_early = False   # the previous one failed before that
+        self.pid, self.eof = None, False
         self.heard = False          # anything received from this process
         self.deferred = None        # a failure held back (False: it died)
-        self.account = account
-        account.update(restarts=0, lost=0, last_cause=None)
 
 
-class Supervisor:
+class Supervisor(RestartPolicy):
     """Start, watch, replace and shut down the workers of a generator.
 
     Parameters
@@ -117,12 +114,11 @@ class Supervisor:
         self.ctx, self.make_config = ctx, make_config
         self.on_message, self.on_lost = on_message, on_lost
         self.name, self.params = name, params
-        self.budget, self.restart_delay = restarts, restart_delay
+        RestartPolicy.__init__(self, restarts, restart_delay)
         self.shutdown_timeout = shutdown_timeout
         accounts = accounts or [{} for _ in range(n_workers)]
         self.workers = [_Worker(w, accounts[w]) for w in range(n_workers)]
         self.accounts = [wk.account for wk in self.workers]
-        self.restarts = 0
         self.closed = False
         self._owner = os.getpid()
         # the parent-death signal follows the thread that forks (see
@@ -169,6 +165,11 @@ class Supervisor:
         """Whether a worker has not delivered yet since it started (its
         start-up gets ``start_timeout`` more)."""
         return any(not wk.delivered for wk in self.workers)
+
+    @property
+    def replacing(self):
+        """Whether a replacement waits out its ``restart_delay``."""
+        return any(wk.due is not None for wk in self.workers)
 
     # ------------------------------------------------------------- pump --
     def pump(self, timeout, what):
@@ -254,35 +255,15 @@ class Supervisor:
     # ---------------------------------------------------------- failure --
     def _failed(self, wk, failed, what):
         if failed is not None:
-            exc = failed.record.to_exception(worker=wk.index)
-            restartable = failed.restartable
-            cause = f"{failed.record.type_name}: {failed.record.message}"
+            self._fail(wk, *reported(failed, wk.index))
         else:
             wk.process.join(POLL_INTERVAL)  # its exit code, if on its way
             exc = WorkerDied.of(wk.process, wk.index, what)
             if not wk.heard and wk.process.exitcode == 1:
                 exc.args = (exc.args[0] + _start_up_hint(self.ctx),)
-            restartable = True
-            cause = f"WorkerDied: {exc}"
-        wk.account["last_cause"] = cause
-        crash_loop = not wk.delivered and wk.failed_early
-        if not restartable or crash_loop or self.restarts >= self.budget:
-            if crash_loop:
-                exc.args = (exc.args[0] + f" (a crash loop: generation "
-                            f"{wk.generation} of worker {wk.index} failed "
-                            f"before delivering, as did the one before)",)
-            if self.restarts:
-                exc.args = (exc.args[0] + f" after {self.restarts} "
-                            f"restart{'s' * (self.restarts != 1)}",)
-            raise exc
+            self._fail(wk, exc, True, f"WorkerDied: {exc}")
         self._retire(wk)
-        lost = self.on_lost(wk.index) if self.on_lost is not None else 0
-        wk.account["lost"] += lost
-        wk.account["restarts"] += 1
-        self.restarts += 1
-        wk.failed_early = not wk.delivered
-        wk.generation += 1
-        wk.due = time.monotonic() + self.restart_delay
+        self._replace(wk, self.on_lost(wk.index) if self.on_lost else 0)
 
     def _retire(self, wk):
         process, pid = wk.process, wk.pid
@@ -377,6 +358,14 @@ class Supervised:
             self._close(graceful=False)
             raise
 
+    def _break(self, exc):
+        # the count that the error's message gives ("after 2 restarts"),
+        # even when no batch followed the last restart
+        stats = getattr(self, "stats", None)
+        if self._supervisor is not None and stats is not None:
+            stats["restarts"] = self._supervisor.restarts
+        super()._break(exc)
+
     def _bound(self):
         # how long to wait without news: start-up time too while a worker
         # has not delivered yet (the first batch, or a replacement)
@@ -390,7 +379,12 @@ class Supervised:
         while not done():
             remaining = deadline.remaining()
             if remaining == 0:
-                return False
+                if not (renew and self._supervisor.replacing):
+                    return False
+                # the restart delay is no stall: the replacement's start
+                # renews the deadline again (with start_timeout)
+                deadline.renew(self._bound())
+                remaining = deadline.remaining()
             if self._supervisor.pump(remaining, what) and renew:
                 deadline.renew(self._bound())
         return True

@@ -1,0 +1,75 @@
+"""The restart policy, one for every supervisor (:mod:`._supervisor`'s
+processes, :mod:`._remote`'s Ray actors).
+
+A failed worker is replaced, generation ``g + 1`` after ``restart_delay``
+seconds, unless
+
+- the failure is not restartable: an exception raised by the actor, or by
+  rlplay's checks of what the actor and the envs return (a bug in the
+  user's code, not a crashing env);
+- it is a crash loop: this generation failed before delivering anything,
+  and so did the one before;
+- the budget (``restarts``, a total for the run) is spent.
+
+Then the failure is raised, with the count ("... after 2 restarts").
+"""
+import time
+
+__all__ = ["Member", "RestartPolicy", "reported"]
+
+
+class Member:
+    """What a supervisor knows of worker ``index``, restart-wise;
+    ``account`` receives ``restarts``, ``lost`` and ``last_cause``."""
+
+    def __init__(self, index, account):
+        self.index, self.account, self.generation = index, account, 0
+        self.due = None             # when its replacement starts
+        self.delivered = False      # this generation delivered something
+        self.failed_early = False   # the previous one failed before that
+        account.update(restarts=0, lost=0, last_cause=None)
+
+
+class RestartPolicy:
+    """Mixin of a supervisor: ``budget``, ``restart_delay``, ``restarts``
+    (used so far); :meth:`_fail` raises or counts a replacement."""
+
+    def __init__(self, restarts, restart_delay):
+        self.budget, self.restart_delay = restarts, restart_delay
+        self.restarts = 0
+
+    def _fail(self, member, exc, restartable, cause):
+        """Raise ``exc`` (with the reason) unless ``member`` is to be
+        replaced; then the caller retires it and calls :meth:`_replace`."""
+        member.account["last_cause"] = cause
+        crash_loop = not member.delivered and member.failed_early
+        if restartable and not crash_loop and self.restarts < self.budget:
+            return
+        if crash_loop:
+            exc.args = (exc.args[0] + f" (a crash loop: generation "
+                        f"{member.generation} of worker {member.index} "
+                        f"failed before delivering, as did the one "
+                        f"before)",)
+        if self.restarts:
+            exc.args = (exc.args[0] + f" after {self.restarts} restart"
+                        f"{'s' * (self.restarts != 1)}",)
+        raise exc
+
+    def _replace(self, member, lost):
+        """Count ``member``'s restart (``lost`` fragments in flight) and
+        schedule its next generation."""
+        member.account["lost"] += lost
+        member.account["restarts"] += 1
+        self.restarts += 1
+        member.failed_early = not member.delivered
+        member.generation += 1
+        member.due = time.monotonic() + self.restart_delay
+
+
+def reported(failed, worker):
+    """``(exc, restartable, cause)`` of a worker's
+    :class:`~._collector.Failed` report, as :meth:`RestartPolicy._fail`
+    takes them."""
+    record = failed.record
+    return (record.to_exception(worker=worker), failed.restartable,
+            f"{record.type_name}: {record.message}")
