@@ -23,6 +23,11 @@ one torch thread), and stores what it collects:
     ``multi.rollout`` with 2 actors x 8 envs (two fragments, 16 envs, per
     batch): each actor call sees as many envs as ``same.rollout``'s, so its
     ratio to ``same`` over 2 is the parallel efficiency (column ``eff``).
+``cluster.rollout`` (``busy`` only)
+    ``cluster.rollout`` laid out as ``multi.rollout``: 2 Ray actors x 4
+    envs, on the local Ray that each round's rollout starts and shuts
+    down (before and after the timing, so that Ray's own processes load
+    no other row). Skipped, with a note, where Ray is not installed.
 
 Two envs: ``cartpole`` (CartPole-v1, 8 envs, 128-step fragments: the
 actor's forward pass dominates) and ``busy`` (a synthetic env whose ``step``
@@ -170,6 +175,11 @@ try:
     from rlplay.engine.rollout import multi
 except ImportError:
     multi = None
+try:
+    import ray  # noqa: F401 - the cluster row needs it
+    from rlplay.engine.rollout import cluster
+except ImportError:
+    cluster = None
 
 N_ENVS = 8
 N_ACTORS = 2                  # multi.rollout: N_ACTORS x N_ENVS // N_ACTORS
@@ -542,6 +552,10 @@ def rows(env_name, profile=False):
         row("AsyncVectorEnv",
             lambda s: run_vector(AsyncVectorEnv, factory, actor, n_steps, s),
             "async"),
+        # multi.rollout's layout, the workers being Ray actors
+        row("cluster.rollout",
+            gen(cluster, N_ACTORS, n_per_actor, 2 * N_ACTORS, N_ACTORS),
+            f"{n2}x{n_per_actor}"),
     ]
     if profile:
         table += [
@@ -550,7 +564,8 @@ def rows(env_name, profile=False):
                                                  n_steps, s), "profile")
             for kind in ("same", "hand")]
     skip = {"busy": {"SyncVectorEnv", "single.rollout",
-                     "same.rollout.check_always"}}.get(env_name, set())
+                     "same.rollout.check_always"},
+            "cartpole": {"cluster.rollout"}}.get(env_name, set())
     return [r for r in table if r.name.split("/", 1)[1] not in skip]
 
 

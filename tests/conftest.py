@@ -9,6 +9,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 # helper processes of multiprocessing itself that outlive a test by design
 _PERSISTENT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
+# the session's local Ray (the ray_cluster fixture): its own processes
+# (gcs_server, raylet, monitors, agents, the raylet's pool of idle workers)
+# outlive a test by design, and are let off; below them, a process that
+# runs a Ray actor or task ("ray::RemoteWorker...") is not
+RAY_OBJECT_STORE = 200 * 2**20
+_RAY_ROOTS = set()
+_RAY_IDLE = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
 
 def _direct_children(pid):
     pids = set()
@@ -25,14 +33,20 @@ def _direct_children(pid):
     return pids
 
 
+def _ray_own(cmd):
+    # one of Ray's processes, not one running an actor or a task
+    return not cmd.startswith("ray::") or cmd.startswith(_RAY_IDLE)
+
+
 def _children():
     """Live descendants of this process, but for multiprocessing's own
-    helper processes; the workers a forkserver started for us are the
-    helper's children, so the walk goes on below it."""
+    helper processes and the session's Ray processes; the workers a
+    forkserver started for us are the helper's children, so the walk goes
+    on below it (and below Ray's, for its actors)."""
     direct = _direct_children(os.getpid())
-    alive, todo, seen = {}, list(direct), set()
+    alive, todo, seen = {}, [(pid, False) for pid in direct], set()
     while todo:
-        pid = todo.pop()
+        pid, under_ray = todo.pop()
         if pid in seen:
             continue
         seen.add(pid)
@@ -43,27 +57,79 @@ def _children():
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        todo.extend(_direct_children(pid))
+        under_ray = under_ray or pid in _RAY_ROOTS
+        todo.extend((child, under_ray) for child in _direct_children(pid))
         # a forkserver's children inherit its command line: only the
         # helpers themselves (our direct children) are let off
         helper = pid in direct and any(name in cmd for name in _PERSISTENT)
-        if state != "Z" and not helper:
+        if state != "Z" and not helper and not (under_ray and _ray_own(cmd)):
             alive[pid] = cmd
     return alive
 
 
+def _ray_actors():
+    """``{actor id: pid}`` of the Ray actors not dead, when this process
+    has joined Ray (the public state API, ray.util.state, needs Ray's
+    dashboard, which the tests do not start: the driver's view of the GCS
+    tables answers the same)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return {}
+    from ray._private import state
+    return {actor_id: info.get("Pid") for actor_id, info
+            in state.actors().items() if info["State"] != "DEAD"}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray for the whole session (2 CPUs, a small object store),
+    shut down at its end. ``address="local"`` starts a new one: a bare
+    ``ray.init()`` would join any cluster that a temporary file names."""
+    ray = pytest.importorskip("ray")
+    before = _direct_children(os.getpid())
+    # its workers import the tests' envs and actors by reference: they
+    # inherit the environment of the processes that ray.init starts
+    path = os.environ.get("PYTHONPATH")
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([path] if path
+                                                         else []))
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 object_store_memory=RAY_OBJECT_STORE, log_to_driver=False)
+    finally:
+        if path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path
+    _RAY_ROOTS.update(_direct_children(os.getpid()) - before)
+    yield ray
+    ray.shutdown()
+    _RAY_ROOTS.clear()
+
+
 @pytest.fixture(autouse=True)
 def no_child_left_behind():
-    """Fail a test that leaves a child process running."""
-    before = set(_children())
+    """Fail a test that leaves a child process running, or a Ray actor
+    alive."""
+    before, actors_before = set(_children()), _ray_actors()
     yield
     deadline = time.monotonic() + 5.0
     while True:
         left = {pid: cmd for pid, cmd in _children().items()
                 if pid not in before}
-        if not left or time.monotonic() > deadline:
+        actors = {actor: pid for actor, pid in _ray_actors().items()
+                  if actor not in actors_before}
+        if not (left or actors) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
+    if actors:
+        for pid in actors.values():
+            if pid and pid != os.getpid():  # 0 until the actor runs
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        pytest.fail(f"the test left Ray actors alive: {actors}")
     if left:
         for pid in left:
             try:

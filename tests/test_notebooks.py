@@ -41,7 +41,11 @@ PUBLIC_MODULES = {
     "rlplay", "rlplay.engine", "rlplay.engine.rollout",
     "rlplay.engine.rollout.same", "rlplay.engine.rollout.single",
     "rlplay.engine.rollout.multi", "rlplay.engine.rollout.evaluate",
+    "rlplay.engine.rollout.cluster",
 }
+
+# notebooks that need an optional dependency: skipped without it
+NEEDS = {"05_cluster": "ray"}
 
 
 def _check_solved(result):
@@ -70,6 +74,7 @@ CHECKS = {
     "02_double_buffered_ppo": _check_solved,
     "03_many_actors_memory": _check_memory,
     "04_structured_spaces": _check_structured,
+    "05_cluster": _check_solved,
 }
 
 
@@ -160,6 +165,8 @@ def _result(nb, path):
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_notebook_runs(path, kernel_spec_manager):
+    if path.stem in NEEDS:
+        pytest.importorskip(NEEDS[path.stem])
     nb = nbformat.read(path, as_version=4)
     km = AsyncKernelManager(kernel_name=KERNEL_NAME,
                             kernel_spec_manager=kernel_spec_manager)

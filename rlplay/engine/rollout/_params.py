@@ -15,8 +15,8 @@ fulfils one small interface:
 shared-memory :class:`~rlplay.engine.pool.Segment` holds the tensors (a
 worker receives one file descriptor however many tensors the actor has),
 beside a version counter, the mode and the pid of the process holding the
-lock. The Ray backend publishes with ``ray.put`` instead
-(:mod:`rlplay.engine.rollout.cluster`).
+lock. :class:`RayParams` fulfils it for Ray actors
+(:mod:`rlplay.engine.rollout.cluster`): one ``ray.put`` per version.
 
 The actor's *code* travels separately (cloudpickled, so actors defined in
 a notebook work); only the tensors travel here.
@@ -24,12 +24,14 @@ a notebook work); only the tensors travel here.
 import copy
 import os
 
+import numpy as np
 import torch
 
 from ..pool import check_capacity, layout, views, Segment
 from ..utils.mp import LOCK_TIMEOUT, bounded_acquire
 
-__all__ = ["SharedParams", "cpu_copy", "named_tensors", "check_like"]
+__all__ = ["SharedParams", "RayParams", "cpu_copy", "named_tensors",
+           "check_like"]
 
 
 def named_tensors(module):
@@ -187,6 +189,91 @@ class SharedParams:
         """Unmap the shared copy (views still alive keep it mapped)."""
         self.tensors = None
         self.segment.close()
+
+
+class RayParams:
+    """An actor's parameters in a Ray object store, with a version.
+
+    :meth:`publish` puts the actor's tensors (on the CPU, as numpy arrays
+    where numpy has their dtype, so that Ray ships them without pickling
+    them) and its train/eval mode with one ``ray.put``. Pickled (into each
+    request to a worker) it carries only the version and a reference to
+    that object, wrapped in a list so that Ray hands the reference itself
+    to the worker instead of fetching the object for every request:
+    :meth:`load` fetches it only when the worker holds another version.
+    Ray's reference counting keeps an old version alive while a request
+    that carries it is pending. Needs ``ray`` initialised.
+
+    Parameters
+    ----------
+    actor : torch.nn.Module
+        The learner's actor (on any device).
+
+    Attributes
+    ----------
+    version : int
+        The number of :meth:`publish` calls so far (0 at creation).
+    """
+
+    def __init__(self, actor):
+        named = named_tensors(actor)
+        self.names = [name for name, _ in named]
+        self.expected = [(tuple(t.shape), t.dtype) for _, t in named]
+        self.version = 0
+        self._put([t for _, t in named], actor.training)
+
+    def __getstate__(self):
+        return {"version": self.version, "_ref": self._ref}
+
+    def _put(self, tensors, training):
+        import ray
+        state = [_portable(t.detach().cpu()) for t in tensors]
+        self._ref = [ray.put((training, state))]
+
+    def publish(self, actor, check=None, timeout=None):
+        """Put ``actor``'s tensors and mode, bump and return the version
+        (``check`` and ``timeout`` as in :meth:`SharedParams.publish`, moot
+        here: nothing is locked).
+
+        Raises
+        ------
+        ValueError
+            ``actor`` is of another architecture (names the tensor).
+        """
+        self._put(check_like(self.names, self.expected, actor),
+                  actor.training)
+        self.version += 1
+        return self.version
+
+    @torch.no_grad()
+    def load(self, actor, known=None, check=None, timeout=None):
+        """Copy the published tensors and mode into ``actor`` (on the CPU)
+        unless its version is ``known`` already; returns the version.
+        ``timeout`` bounds the fetch (``ray.get``)."""
+        if self.version == known:
+            return known
+        import ray
+        training, state = ray.get(self._ref[0], timeout=timeout)
+        for (_, dst), src in zip(named_tensors(actor), state):
+            if isinstance(src, torch.Tensor):
+                dst.copy_(src)
+            else:  # read-only memory of the object store
+                np.copyto(dst.detach().numpy(), src)
+        if actor.training != training:
+            actor.train(training)
+        return self.version
+
+    def close(self):
+        """Drop the reference to the latest version."""
+        self._ref = None
+
+
+def _portable(tensor):
+    # numpy travels through Ray's object store without a pickled copy
+    try:
+        return tensor.numpy()
+    except TypeError:  # a dtype numpy lacks (bfloat16...)
+        return tensor.clone()
 
 
 def cpu_copy(actor):

@@ -1,0 +1,391 @@
+"""Workers as Ray actors, both sides (for :mod:`.cluster`).
+
+The Ray counterparts of :mod:`._collector`'s worker loop and of
+:mod:`._supervisor` (Ray is imported by whoever calls them, never at
+import):
+
+- :class:`RemoteWorker`, a Ray actor that drives the worker
+  :class:`~._collector.Session` by method calls: ``start()`` (seed, make
+  the envs, reset; returns :class:`Started`, where it runs), ``fill(params)``
+  (load the parameters if new, collect into its own buffer, return
+  ``(Ready, fragment)``), ``close()`` (close the envs, return its count).
+  Everything the session raises is returned as a
+  :class:`~._collector.Failed`, never raised through Ray;
+- :func:`join`: join a Ray cluster or start a local one, and shut it down
+  after the last rollout that started it;
+- :class:`RemoteSupervisor`, the learner's side of N such workers:
+
+  - **start** worker ``w`` (generation ``g``): create its Ray actor (the
+    protocol's options, never Ray's own restarts) and call ``start()``;
+  - **pump**: one ``ray.wait`` on every pending call of every worker, in
+    the order they were made; results go to the protocol, a
+    :class:`~._collector.Failed` or a Ray error of the call (the actor or
+    its node died: :class:`~rlplay.engine.errors.WorkerDied` naming the
+    worker, its pid and its node) is a failure;
+  - **replace** (``restarts``), under the policy of :mod:`._restarts`
+    (the budget, never an actor's exception, no crash loop): kill the
+    actor, forget its calls (the fragment being filled is lost) and create
+    generation ``g + 1`` after ``restart_delay`` seconds;
+  - **shut down**, idempotent and ordered: call ``close()`` on every
+    worker and wait for it (and for the fills queued before it) within
+    ``shutdown_timeout``; kill every actor; wait, within
+    ``shutdown_timeout`` too, until Ray reports them dead (a call of a
+    killed actor fails). ``graceful=False`` goes straight to the kill. The
+    queued fills are not cancelled: cancelling a queued call of a Ray
+    actor leaves a gap in the sequence of its calls, and Ray 2.60 holds
+    every later call (``close()`` here) for 30 s waiting for it.
+"""
+import contextlib
+import enum
+import functools
+import os
+import time
+import weakref
+from collections import namedtuple
+from collections.abc import Mapping
+
+import torch
+
+from ..errors import WorkerDied
+from ..pool import views
+from ..utils.mp import ErrorRecord
+from ._buffers import WORKER_THREADS
+from ._collector import Failed, Ready, Session
+from ._restarts import Member, RestartPolicy, reported
+
+__all__ = ["RemoteWorker", "RemoteSupervisor", "Started", "join",
+           "ray_options", "ACTOR_OPTIONS"]
+
+# what each worker asks of Ray unless the caller's options say otherwise
+ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+
+Started = namedtuple("Started", "node ip pid")
+Started.__doc__ = """Where a worker runs: Ray ``node`` id, its ``ip``, the
+actor's ``pid``."""
+
+
+class RemoteWorker:
+    """Worker ``index`` as a Ray actor (see the module docstring).
+
+    Parameters
+    ----------
+    spec : SessionSpec
+    index, generation, seq
+        As for :class:`~._collector.Session` (``collector = index``).
+    buffer_layout : tuple (spec, stride)
+        :func:`rlplay.engine.pool.layout` of one fragment.
+    """
+
+    def __init__(self, spec, index, generation, seq, buffer_layout):
+        self.session = Session(spec, index, index, generation, seq)
+        self.layout, self.buffer, self.idle_since = buffer_layout, None, 0.0
+
+    def start(self):
+        import ray
+        try:
+            self.session.start(WORKER_THREADS)
+            spec, stride = self.layout
+            self.buffer = views(torch.zeros(stride, dtype=torch.uint8), spec)
+            self.session.begin(self.buffer)
+        except BaseException as exc:  # noqa: BLE001 - sent to the learner
+            return self.session.failure(exc)
+        self.idle_since = time.perf_counter()
+        return Started(ray.get_runtime_context().get_node_id(),
+                       ray.util.get_node_ip_address(), os.getpid())
+
+    def fill(self, params):
+        tic, session = time.perf_counter(), self.session
+        try:
+            session.stage = f"collect (fragment {session.ctx.seq})"
+            version = session.load(params)
+            elapsed = session.fill(self.buffer, version)
+        except BaseException as exc:  # noqa: BLE001 - sent to the learner
+            return session.failure(exc)
+        waited, self.idle_since = tic - self.idle_since, time.perf_counter()
+        # Ray copies these numpy views into the object store as it returns
+        return (Ready(None, session.ctx.seq - 1, version, waited, elapsed),
+                self.buffer.npy)
+
+    def close(self):
+        seq = None if self.session.ctx is None else self.session.ctx.seq
+        self.session.close()
+        return seq
+
+
+@functools.cache
+def _remote_class():
+    import ray
+    return ray.remote(RemoteWorker)
+
+
+# rollouts on a Ray that rlplay started (shut down after the last one)
+_STARTED = {"users": 0}
+
+
+def join(address=None):
+    """Join Ray (``address``, else ``RAY_ADDRESS``, else a new local Ray;
+    nothing if this process has joined one already); returns a function
+    that releases it (idempotent), shutting Ray down when rlplay started
+    it and no other rollout uses it."""
+    import ray
+    if ray.is_initialized():
+        if not _STARTED["users"]:
+            return lambda: None  # the caller's Ray
+    else:  # a bare ray.init() joins any cluster that a temp file names
+        ray.init(address=address if address is not None
+                 else os.environ.get("RAY_ADDRESS", "local"))
+    _STARTED["users"] += 1
+    done = []
+
+    def release():
+        if not done:
+            done.append(True)
+            _STARTED["users"] -= 1
+            if not _STARTED["users"] and ray.is_initialized():
+                ray.shutdown()
+    return release
+
+
+def ray_options(options):
+    """:data:`ACTOR_OPTIONS` updated with ``options`` (a dict), checked."""
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"actor_options must be a dict of options of "
+                        f"ray.remote, got {options!r}")
+    options = {**ACTOR_OPTIONS, **(options or {})}
+    if options.get("max_restarts") or options.get("max_task_retries"):
+        raise ValueError(
+            "actor_options: rlplay replaces failed workers itself "
+            "(restarts=); Ray's max_restarts and max_task_retries would "
+            "rerun a worker with the same seeds and repeat its fragments")
+    return dict(options, max_restarts=0, max_task_retries=0)
+
+
+class _Phase(enum.Enum):
+    STARTING = "starting"   # its actor is created, start() not returned
+    RUNNING = "running"
+    DOWN = "down"           # no actor; a replacement is due at ``due``
+
+
+class _Member(Member):
+    """What the supervisor knows of worker ``index``."""
+
+    def __init__(self, index, account):
+        super().__init__(index, account)
+        self.handle = self.where = None
+        self.phase = _Phase.DOWN
+        account["node"] = None
+
+
+def _kill(handles, release, timeout):
+    """Kill the actors ``handles`` and wait up to ``timeout`` s until Ray
+    knows them dead (a call of a killed actor fails), then ``release()``
+    Ray; plain data only, also the finalizer of a dropped generator."""
+    import ray
+    with contextlib.suppress(Exception):
+        for handle in handles.values():
+            ray.kill(handle, no_restart=True)
+        probes = [handle.__ray_ready__.remote() for handle in handles.values()]
+        if probes:
+            ray.wait(probes, num_returns=len(probes), timeout=timeout)
+    handles.clear()
+    with contextlib.suppress(Exception):
+        release()
+
+
+class RemoteSupervisor(RestartPolicy):
+    """Start, watch, replace and shut down N :class:`RemoteWorker` actors.
+
+    Parameters
+    ----------
+    start_args : callable
+        ``start_args(w, generation)``: the arguments of worker ``w``'s
+        :class:`RemoteWorker`, ``(spec, w, generation, seq, buffer_layout)``.
+    on_started : callable
+        ``on_started(w)``: worker ``w``'s actor was created; the protocol
+        may :meth:`call` it at once (Ray queues the calls after ``start``).
+    on_result : callable
+        ``on_result(w, value)``: a ``fill`` returned ``value``.
+    on_lost : callable
+        ``on_lost(w)``: worker ``w`` is being replaced; returns the number
+        of fragments lost in flight.
+    options : dict
+        From :func:`ray_options`.
+    release : callable
+        From :func:`join`, called at shutdown.
+    owner : object, optional
+        Whose collection kills the actors and calls ``release`` (the
+        supervisor by default): the generator, which the protocol's
+        callbacks must not reference.
+    restarts, restart_delay, shutdown_timeout, accounts
+        As for :class:`~._supervisor.Supervisor`.
+
+    Attributes
+    ----------
+    restarts : int
+    pids, nodes : list
+        Each worker's pid and Ray node id (``None`` until it started).
+    """
+
+    def __init__(self, n_workers, start_args, on_started, on_result, on_lost,
+                 *, options, release, restarts, restart_delay,
+                 shutdown_timeout, accounts, owner=None):
+        self.start_args, self.options = start_args, options
+        self.on_started, self.on_result = on_started, on_result
+        self.on_lost = on_lost
+        RestartPolicy.__init__(self, restarts, restart_delay)
+        self.shutdown_timeout = shutdown_timeout
+        self.members = [_Member(w, accounts[w]) for w in range(n_workers)]
+        self.pending = {}  # ref -> (member, method), in the order of calls
+        self.closed = False
+        self._handles = {}
+        self._finalizer = weakref.finalize(
+            self if owner is None else owner, _kill, self._handles, release,
+            shutdown_timeout)
+
+    def start_all(self):
+        for member in self.members:
+            self._start(member)
+
+    def _start(self, member):
+        member.handle = _remote_class().options(**self.options).remote(
+            *self.start_args(member.index, member.generation))
+        self._handles[member.index] = member.handle
+        member.phase, member.where, member.due = _Phase.STARTING, None, None
+        member.delivered = False
+        self.call(member.index, "start")
+        self.on_started(member.index)
+
+    def call(self, w, method, *args):
+        """Call ``method`` of worker ``w``'s actor (it must have one)."""
+        member = self.members[w]
+        ref = getattr(member.handle, method).remote(*args)
+        self.pending[ref] = (member, method)
+
+    def running(self, w):
+        """Whether worker ``w`` has an actor (starting or running)."""
+        return self.members[w].phase is not _Phase.DOWN
+
+    @property
+    def starting(self):
+        """Whether a worker has not delivered since it started."""
+        return any(not m.delivered for m in self.members)
+
+    @property
+    def pids(self):
+        return [m.where and m.where.pid for m in self.members]
+
+    @property
+    def nodes(self):
+        return [m.where and m.where.node for m in self.members]
+
+    # ------------------------------------------------------------- pump --
+    def pump(self, timeout, what):
+        """Wait up to ``timeout`` s (``None``: no bound) for any pending
+        call and handle every one that returned; returns how many did (and
+        the workers started). Failures not replaced are raised."""
+        import ray
+        news = self._start_due()
+        due = [m.due for m in self.members if m.phase is _Phase.DOWN
+               and m.due is not None]
+        if due:
+            until = max(0.0, min(due) - time.monotonic())
+            timeout = until if timeout is None else min(timeout, until)
+        refs = list(self.pending)
+        if not refs:
+            time.sleep(timeout or 0.0)
+        elif ray.wait(refs, num_returns=1, timeout=timeout)[0]:
+            done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            for ref in refs:
+                if ref in done and ref in self.pending:  # not retired
+                    news += 1
+                    self._receive(ref, *self.pending.pop(ref), what)
+        return news + self._start_due()
+
+    def _receive(self, ref, member, method, what):
+        import ray
+        try:
+            value = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # outside the session
+            return self._failed(member, Failed(ErrorRecord(exc, method),
+                                               False))
+        except ray.exceptions.RayError as exc:  # the actor or its node died
+            return self._failed(member, self._died(member, exc, what))
+        if isinstance(value, Failed):
+            return self._failed(member, value)
+        if method == "start":
+            member.phase, member.where = _Phase.RUNNING, value
+            member.account["node"] = value.node
+        else:
+            member.delivered = True
+            self.on_result(member.index, value)
+
+    @staticmethod
+    def _died(member, exc, what):
+        where = member.where
+        at = "" if where is None else \
+            f" (pid {where.pid} on node {where.node} at {where.ip})"
+        return WorkerDied(
+            f"worker {member.index}{at} died while the learner waited for "
+            f"{what}: {type(exc).__name__}: {exc}", worker=member.index,
+            node=where and where.node)
+
+    # ---------------------------------------------------------- failure --
+    def _failed(self, member, failure):
+        if isinstance(failure, Failed):
+            self._fail(member, *reported(failure, member.index))
+        else:
+            self._fail(member, failure, True, f"WorkerDied: {failure}")
+        self._retire(member)
+        self._replace(member, self.on_lost(member.index))
+
+    def _retire(self, member):
+        import ray
+        with contextlib.suppress(Exception):
+            ray.kill(member.handle, no_restart=True)
+        self.pending = {ref: call for ref, call in self.pending.items()
+                        if call[0] is not member}
+        self._handles.pop(member.index, None)
+        member.handle, member.phase = None, _Phase.DOWN
+
+    def _start_due(self):
+        started, now = 0, time.monotonic()
+        for member in self.members:
+            if member.phase is _Phase.DOWN and member.due is not None \
+                    and member.due <= now and not self.closed:
+                self._start(member)
+                started += 1
+        return started
+
+    # --------------------------------------------------------- shutdown --
+    def shutdown(self, graceful=True):
+        """Stop every worker in the order of the module docstring;
+        idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        live = [m for m in self.members if m.handle is not None]
+        if graceful and live:
+            self._finish(live)
+        for member in live:
+            member.handle, member.phase = None, _Phase.DOWN
+        self.pending.clear()
+        self._finalizer()  # kills them all, then releases Ray
+
+    def _finish(self, live):
+        # a fill that still returns is counted as received (and discarded)
+        import ray
+        fills = [ref for ref, (_, method) in self.pending.items()
+                 if method == "fill"]
+        closing = {m.handle.close.remote(): m for m in live}
+        refs = fills + list(closing)
+        done = ray.wait(refs, num_returns=len(refs),
+                        timeout=self.shutdown_timeout)[0]
+        for ref in done:
+            try:
+                value = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue  # the actor is gone
+            if ref in closing:
+                closing[ref].account["collected"] = value
+            elif not isinstance(value, Failed):
+                self.pending[ref][0].account["received"] += 1

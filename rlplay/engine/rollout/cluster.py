@@ -1,0 +1,395 @@
+"""A Ray cluster: Ray actors on any nodes fill fragments, which reach the
+learner through Ray's object store; the learner collates them into batches.
+
+Needs Ray (``pip install rlplay[cluster]``); importing this module does
+not, calling :func:`rollout` does.
+
+Protocol
+--------
+The learner sizes one fragment of ``B = n_per_actor`` envs from a probe
+env (made by ``factory`` here and closed at once) and the actor, joins Ray
+(see ``address``), puts the actor's parameters in the object store
+(:class:`~._params.RayParams`, version ``v0``) and creates ``n_actors``
+Ray actors. Worker ``i`` runs the worker session of :mod:`._collector`
+(seeded as collector ``i``: worker 0 sees the seeds of ``same.rollout``)
+and fills a fragment buffer of its own, envs ``i * B .. (i + 1) * B - 1``.
+
+A *request* is one call ``fill(params)`` of a worker; there are
+``n_buffers`` of them, each in one of these places::
+
+    queued or running (a worker) ─► ready (in the object store, then in
+    the learner's queue) ─► collating (inside next()) ─► a new request ...
+
+A worker runs its requests in order; each loads the parameters that the
+request carries (from the object store, only when their version is not
+the one it holds), collects the next fragment into its buffer and returns
+it: Ray copies it into the object store (the learner reads it without a
+copy on the same node, after one transfer from another node).
+
+Timeline (``k`` counts batches, ``v_k`` is the version published by
+``next()`` number ``k``)::
+
+    learner                                    Ray actor i (any node)
+    -------                                    ----------------------
+    rollout(): probe env, join Ray, put v0 ──► seed, make envs, reset;
+               start(), then the requests      start() returns its node
+               (round robin)                   fill(v): load v if new,
+                                               collect into its buffer
+    next() #k: put v_k                     ◄── return the fragment
+               wait for n_per_batch ready      run the next request ...
+               (drop any with v < v_k - max_lag: request another)
+               copy them into the batch
+               one new request per fragment ─► fill(v_k) (queued)
+               (copy the batch to the device)
+               yield the batch
+    ...train...                                collect while requests last
+    close():   close() ──────────────────────► finish the queued fills,
+               kill the actors (shut Ray         close the envs
+               down if rlplay started it)
+
+A new request goes to the worker that holds the fewest (the one whose
+fragment was taken, on a tie): a fast worker collects more, a slow one
+keeps its requests, and fragments are taken in the order they arrived.
+The progress rule is ``multi``'s: ``n_buffers >= n_per_batch`` (more keeps
+the workers busy while the learner trains, at the price of lag). The
+version of a fragment is that of the request, so its lag counts the
+batches published since the request was made. ``max_lag``, the batch,
+``copy``, ``device`` and ``pinned`` are as in :mod:`.multi`.
+
+Waits and errors: every wait is one ``ray.wait`` on every pending call
+(start and fill) of every worker (:mod:`._remote`), bounded as in
+:mod:`.multi` by ``timeout`` without news (plus ``start_timeout`` while a
+worker has not delivered yet). A worker catches every exception of its
+session and returns it, raised as
+:class:`~rlplay.engine.errors.WorkerError` (type, message, remote
+traceback); a call of an actor that died or became unreachable (killed,
+its node lost) fails in Ray and is raised as
+:class:`~rlplay.engine.errors.WorkerDied` naming the worker, its pid and
+its node; no news within the bound is a
+:class:`~rlplay.engine.errors.RolloutTimeout`. Any of them breaks the
+rollout (see :mod:`._base`): the actors are killed at once. An actor
+dies with its owner, the learner's Ray driver.
+
+Restarts (``restarts=N``), as in :mod:`._supervisor`: rlplay kills the
+failed actor and creates a new one (never Ray's ``max_restarts``, which
+would rerun the constructor with the same seeds and repeat its first
+fragments), of the next generation, which takes over the requests in
+flight after ``restart_delay`` (the fragment being filled is lost) and
+numbers its fragments on from the last one received.
+
+Shutdown (``close()``, dropping the rollout): the ordered shutdown of
+:class:`~._remote.RemoteSupervisor` (close the envs, kill, wait until
+Ray knows them dead, all within ``shutdown_timeout``); then Ray is shut
+down if rlplay started it and no other rollout uses it.
+"""
+import itertools
+import time
+
+from ..errors import RolloutTimeout
+from ..pool import layout
+from ..seeds import seed_sequence
+from ..utils.mp import Cloudpickled, first_timeout
+from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
+                    Generator, Stats, Status, check_arguments, probe_layout)
+from ._batch import Arrival, Collation, ReadyQueue, check_hx_dim, new_account
+from ._collector import SessionSpec
+from ._delivery import Delivery
+from ._params import RayParams, cpu_copy
+from ._remote import RemoteSupervisor, join, ray_options
+from ._supervisor import RESTART_DELAY
+
+try:
+    import ray
+except ImportError:  # optional: rollout() says how to install it
+    ray = None
+
+__all__ = ["rollout", "Rollout"]
+
+
+class _Requests:
+    """The requests of the protocol: how many each worker holds, the
+    fragments received and the ready queue. It holds no reference to the
+    generator, so that dropping the generator closes it at once."""
+
+    def __init__(self, n_workers, n_buffers, accounts):
+        self.held = [len(range(w, n_buffers, n_workers))
+                     for w in range(n_workers)]
+        self.ready = ReadyQueue(accounts)
+        self.fragments, self.keys = {}, itertools.count()
+        self.time_collect = self.time_worker_wait = 0.0
+        self.supervisor = self.params = None
+
+    def on_started(self, w):
+        for _ in range(self.held[w]):  # queued after its start()
+            self.supervisor.call(w, "fill", self.params)
+
+    def on_result(self, w, value):
+        header, fragment = value
+        key = next(self.keys)
+        self.fragments[key] = fragment
+        self.held[w] -= 1
+        self.ready.push(Arrival(w, key, header.seq, header.version))
+        self.time_collect += header.elapsed
+        self.time_worker_wait += header.waited
+
+    def on_lost(self, w):
+        return int(self.held[w] > 0)  # the fragment being filled
+
+    def give(self, origin):
+        """One more request, to the worker that holds the fewest (``origin``
+        on a tie); a worker being replaced makes it when it starts."""
+        w = min(range(len(self.held)),
+                key=lambda w: (self.held[w], w != origin))
+        self.held[w] += 1
+        if self.supervisor.running(w):
+            self.supervisor.call(w, "fill", self.params)
+
+    def recycle(self, arrival):
+        del self.fragments[arrival.index]  # a stale fragment
+        self.give(arrival.worker)
+
+
+class Rollout(Generator):
+    """An endless iterator of batches collated from Ray actors.
+
+    Use :func:`rollout` (which documents the arguments). A context
+    manager; ``close()`` is idempotent, and dropping it closes it.
+
+    Attributes
+    ----------
+    params : RayParams
+        The published parameters (``None`` once closed).
+    version : int
+        The parameter version published by the last ``next()``.
+    pids, nodes : list
+        Each worker's process id and Ray node id (``None`` until it has
+        started).
+    stats : dict
+        As ``multi.Rollout.stats``; each worker's dict also holds its
+        ``node``.
+    """
+
+    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
+                 n_buffers, n_per_batch, *, entropy=None, sticky=False,
+                 env_info=None, final=True, device=None, pinned=False,
+                 copy=False, max_lag=None, check_spaces="first",
+                 timeout=TIMEOUT, start_timeout=START_TIMEOUT,
+                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
+                 restart_delay=RESTART_DELAY, address=None,
+                 actor_options=None):
+        if ray is None:
+            raise ImportError("cluster.rollout needs Ray: pip install "
+                              "rlplay[cluster]")
+        check_arguments(
+            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
+                           ("n_per_actor", n_per_actor, 1),
+                           ("n_buffers", n_buffers, 1),
+                           ("n_per_batch", n_per_batch, 1)]
+            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
+            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
+                          shutdown_timeout=shutdown_timeout),
+            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
+            restart_delay=restart_delay)
+        if n_buffers < n_per_batch:
+            raise ValueError(f"n_buffers={n_buffers} requests cannot form a "
+                             f"batch of n_per_batch={n_per_batch} fragments:"
+                             f" the progress rule needs n_buffers >= "
+                             f"n_per_batch")
+        options = ray_options(actor_options)
+        self.delivery = Delivery(device, pinned, copy)
+        self.device = self.delivery.device
+        entropy = seed_sequence(entropy)
+        self.actor, self.max_lag = actor, max_lag
+        self.n_per_batch = n_per_batch
+        self.timeout, self.start_timeout = timeout, start_timeout
+        worker_actor = cpu_copy(actor)
+        template = probe_layout(factory, worker_actor, n_steps, n_per_actor,
+                                entropy, env_info=env_info, final=final)
+        hx_dim = getattr(actor, "hx_dim", 1)
+        check_hx_dim(template.hx, hx_dim, n_per_actor)
+        self._collation = Collation(template, hx_dim, n_per_batch,
+                                    self.delivery.host_pinned)
+        accounts = [new_account() for _ in range(n_actors)]
+        self._requests = requests = _Requests(n_actors, n_buffers, accounts)
+        self.stats, self.params, self._supervisor = Stats(accounts), None, None
+        release = join(address)
+        try:
+            requests.params = self.params = RayParams(actor)
+            spec = ray.put(SessionSpec(
+                Cloudpickled(factory), Cloudpickled(worker_actor), entropy,
+                n_per_actor, sticky, check_spaces))
+            buffer_layout = layout(template)
+            requests.supervisor = self._supervisor = RemoteSupervisor(
+                n_actors, lambda w, generation: (
+                    spec, w, generation, accounts[w]["received"],
+                    buffer_layout),
+                requests.on_started, requests.on_result, requests.on_lost,
+                options=options, release=release, restarts=restarts,
+                restart_delay=restart_delay,
+                shutdown_timeout=shutdown_timeout, accounts=accounts,
+                owner=self)
+            self._supervisor.start_all()
+        except BaseException:
+            if self._supervisor is None:
+                release()
+            self._close(graceful=False)
+            raise
+
+    @property
+    def version(self):
+        """The parameter version published by the last ``next()``."""
+        return self.stats["version"]
+
+    @property
+    def pids(self):
+        return self._supervisor.pids
+
+    @property
+    def nodes(self):
+        return self._supervisor.nodes
+
+    def _bound(self):
+        # how long to wait without news (start-up time too while a worker
+        # has not delivered yet)
+        return first_timeout(self.timeout, self.start_timeout) \
+            if self._supervisor.starting else self.timeout
+
+    def _next(self):
+        # the rows "next() #k" of the timeline in the module docstring
+        requests, supervisor, stats = (self._requests, self._supervisor,
+                                       self.stats)
+        tic = stats.begin()
+        what = f"batch {stats['batches']}"
+        deadline = Deadline(self._bound())
+        supervisor.pump(0, what)  # deaths are reported at once
+        version = self.params.publish(self.actor)
+        taken = []
+        while True:
+            taken.extend(requests.ready.take(
+                self.n_per_batch - len(taken), version, self.max_lag,
+                requests.recycle))
+            if len(taken) == self.n_per_batch:
+                break
+            if deadline.remaining() == 0:
+                requests.ready.give_back(taken)
+                raise RolloutTimeout(
+                    f"no fragment for {what} within {deadline.bound} s "
+                    f"({len(taken)} of {self.n_per_batch} in hand) although "
+                    f"the workers' actors are alive; raise timeout= for "
+                    f"slow envs")
+            if supervisor.pump(deadline.remaining(), what):
+                deadline.renew(self._bound())
+        toc = time.perf_counter()
+        self.delivery.wait()  # the last device copy read the host batch
+        self._collation.collate([Collation.sources(
+            requests.fragments.pop(a.index)) for a in taken])
+        requests.ready.delivered(taken)
+        for arrival in taken:
+            requests.give(arrival.worker)
+        batch = self.delivery(self._collation.host)
+        stats.batch(self._collation.npy, waited=toc - tic,
+                    collected=requests.time_collect - stats["time_collect"],
+                    worker_waited=requests.time_worker_wait
+                    - stats["time_worker_wait"],
+                    collated=time.perf_counter() - toc, version=version,
+                    lag=version - min(a.version for a in taken))
+        stats["dropped"] = requests.ready.dropped
+        stats["restarts"] = supervisor.restarts
+        return batch
+
+    def poll(self, timeout=0.0):
+        """The number of fragments ready for the next batch, waiting up to
+        ``timeout`` seconds for one if there is none; raises the worker
+        errors that :meth:`__next__` would."""
+        if self.status is Status.CLOSED:
+            return 0
+        return self._guarded(self._poll, timeout)
+
+    def _poll(self, timeout):
+        ready, deadline = self._requests.ready, time.monotonic() + timeout
+        self._supervisor.pump(0, "fragments")
+        while not len(ready) and time.monotonic() < deadline:
+            self._supervisor.pump(max(0.0, deadline - time.monotonic()),
+                                  "fragments")
+        return len(ready)
+
+    def _close(self, graceful):
+        if self._supervisor is not None:
+            self._supervisor.shutdown(graceful)
+        self._requests.fragments.clear()
+        self._requests.ready.close()
+        self.delivery.close()
+        if self.params is not None:
+            self.params.close()
+            self.params = None
+
+
+def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
+            n_per_batch, *, entropy=None, sticky=False, env_info=None,
+            final=True, device=None, pinned=False, copy=False, max_lag=None,
+            check_spaces="first", timeout=TIMEOUT,
+            start_timeout=START_TIMEOUT, shutdown_timeout=SHUTDOWN_TIMEOUT,
+            restarts=0, restart_delay=RESTART_DELAY, address=None,
+            actor_options=None):
+    """Collect fragments in ``n_actors`` Ray actors, on any nodes of a Ray
+    cluster, and yield batches of ``n_per_batch`` of them.
+
+    Takes the arguments of :func:`rlplay.engine.rollout.multi.rollout`
+    with the same meanings (but ``start_method``: Ray starts the
+    workers), a worker being a Ray actor and ``n_buffers`` the number of
+    requests in flight (see the module docstring), and these:
+
+    Parameters
+    ----------
+    address : str, optional
+        The Ray cluster to join (``ray.init(address=...)``, e.g.
+        ``"10.0.0.1:6379"``) unless this process has joined one already.
+        ``None``: the cluster that ``RAY_ADDRESS`` names, else a new local
+        one for this machine. Ray is shut down on ``close()`` only if
+        rlplay started it (and no other rollout uses it).
+    actor_options : dict, optional
+        Options of each worker's Ray actor (``num_cpus``, ``resources``,
+        ``scheduling_strategy``, ``runtime_env``...; ``max_restarts`` is
+        refused: see ``restarts``); by default one CPU each, spread over
+        the nodes. The factory and the actor travel cloudpickled: the
+        packages they use must exist on every node or come in a
+        ``runtime_env``.
+
+    Yields
+    ------
+    batch : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
+        As ``multi.rollout``'s: slot ``s`` holds one fragment; reused,
+        valid until the next ``next()``, unless ``copy=True``.
+
+    Raises
+    ------
+    ImportError
+        Ray is not installed.
+    ValueError, TypeError, RuntimeError
+        As ``multi.rollout``; also bad ``actor_options``.
+    WorkerError, WorkerDied, RolloutTimeout
+        From ``next()``: see the module docstring.
+
+    Examples
+    --------
+    >>> import functools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> feed = rollout(factory, actor, 16, n_actors=2, n_per_actor=2,
+    ...                n_buffers=4, n_per_batch=2, entropy=0)
+    >>> with closing(feed):
+    ...     batch = next(feed)
+    >>> tuple(batch.state.obs.shape)
+    (17, 4, 4)
+    """
+    return Rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
+                   n_per_batch, entropy=entropy, sticky=sticky,
+                   env_info=env_info, final=final, device=device,
+                   pinned=pinned, copy=copy, max_lag=max_lag,
+                   check_spaces=check_spaces, timeout=timeout,
+                   start_timeout=start_timeout,
+                   shutdown_timeout=shutdown_timeout, restarts=restarts,
+                   restart_delay=restart_delay, address=address,
+                   actor_options=actor_options)

@@ -1,0 +1,393 @@
+"""cluster.rollout on the session's local Ray (conftest's ``ray_cluster``,
+2 CPUs): equivalence with same.rollout, versions and max_lag, sequence
+numbers, the faults (an env raises, an actor's process is killed, an env
+hangs), restarts, shutdown; Ray as an optional dependency; and a cluster
+of two nodes on this host (``cluster_nodes.py``, in a process of its own).
+
+The workers are Ray actors that import this directory's modules (envs,
+actors) by reference: the fixture starts Ray with this directory on the
+workers' ``PYTHONPATH``.
+"""
+import functools
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from torch import nn
+
+ray = pytest.importorskip("ray")
+
+from conftest import _ray_actors  # noqa: E402
+from envs import FaultyEnv, counting_factory  # noqa: E402
+from rlplay.engine import (PolicyActor, RemoteTraceback,  # noqa: E402
+                           RolloutTimeout, WorkerDied, WorkerError)
+from rlplay.engine.nested import suply  # noqa: E402
+from rlplay.engine.rollout import cluster, same  # noqa: E402
+from test_multi import (CountingActor, assert_fragments_equal,  # noqa: E402
+                        identities, mixed_factory, reference, slot,
+                        without_version)
+from test_multi_faults import StallingEnv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# a bound on reporting a fault once the workers run; start-up gets more (a
+# new Ray worker process imports torch)
+BOUND = 5.0
+START = 60.0
+ENV_INFO = {"t": 0, "done": 0.0}
+
+
+def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
+         n_per_batch=1, **kwargs):
+    """``n_actors`` workers of one env each, fragments of 4 steps."""
+    args = dict(timeout=BOUND, start_timeout=START, shutdown_timeout=2.0,
+                entropy=0)
+    args.update(kwargs)
+    return cluster.rollout(factory, actor or CountingActor(), 4, n_actors,
+                           1, n_buffers, n_per_batch, **args)
+
+
+def raises_within(feed, exc_type, bound=BOUND):
+    """Iterate until ``exc_type`` is raised, at most ``bound`` s later; the
+    rollout stays broken, with the same error."""
+    tic = time.monotonic()
+    with pytest.raises(exc_type) as info:
+        for _ in range(100_000):
+            next(feed)
+    assert time.monotonic() - tic < bound
+    with pytest.raises(exc_type) as again:
+        next(feed)
+    assert again.value is info.value
+    return info.value
+
+
+def wait_started(feed, bound=START):
+    """Until every worker has started (a worker that starts first would
+    fill the batches alone meanwhile: it holds fewer requests)."""
+    deadline = time.monotonic() + bound
+    while None in feed.pids:
+        assert time.monotonic() < deadline, "the workers did not start"
+        feed.poll(timeout=0.05)
+        time.sleep(0.01)
+
+
+def actors_of(feed):
+    """The rollout's actors that Ray does not know dead."""
+    handles = feed._supervisor._handles.values()
+    ids = {handle._actor_id.hex() for handle in handles}
+    return ids & set(_ray_actors())
+
+
+# ------------------------------------------------------------ equivalence --
+
+def test_workers_reproduce_the_core_loop_and_same_rollout():
+    """Two workers of three envs, two fragments per batch: worker 0's
+    fragments are same.rollout's (every leaf but ``meta.version``), worker
+    1's those of collector 1 with the core loop alone, ``hx`` collated
+    along ``hx_dim = 0``."""
+    B, T, entropy, n = 3, 5, 1234, 24
+    ref = same.rollout(mixed_factory, CountingActor(), T, B, entropy=entropy,
+                       env_info=ENV_INFO)
+    with ref:
+        want = {0: [without_version(suply(torch.clone, fragment))
+                    for fragment in itertools.islice(ref, n)]}
+    want[1] = [without_version(fragment) for fragment in reference(
+        mixed_factory, CountingActor(), T, B, entropy, 1, n, ENV_INFO)]
+    feed = cluster.rollout(mixed_factory, CountingActor(), T, 2, B, 4, 2,
+                           entropy=entropy, env_info=ENV_INFO,
+                           timeout=BOUND, start_timeout=START)
+    seen = {0: 0, 1: 0}
+    with feed:
+        wait_started(feed)
+        for batch in itertools.islice(feed, 8):
+            assert batch.hx.shape == (2 * B, 2)
+            for s, (worker, seq) in enumerate(identities(batch, 2, B)):
+                assert_fragments_equal(
+                    without_version(slot(batch, s, B, hx_dim=0)),
+                    want[worker][seq])
+                seen[worker] += 1
+    assert min(seen.values()) >= 4, seen
+
+
+def test_sampling_actor_reproduces_same_rollout():
+    """A sampling actor draws from the worker's torch generator, seeded as
+    same.rollout seeds its own: one worker gives the same actions."""
+    actor = PolicyActor(nn.Linear(1, 5))
+    ref = same.rollout(counting_factory, actor, 8, 2, entropy=7)
+    feed = cluster.rollout(counting_factory, actor, 8, 1, 2, 2, 1,
+                           entropy=7, timeout=BOUND, start_timeout=START)
+    with ref, feed:
+        for want, got in zip(itertools.islice(ref, 4),
+                             itertools.islice(feed, 4)):
+            assert torch.equal(got.state.act, want.state.act)
+            assert torch.equal(got.state.obs, want.state.obs)
+
+
+# ----------------------------------------------------- versions, max_lag --
+
+def test_ray_params_publish_and_load():
+    """One ``ray.put`` per version; ``load`` copies the tensors and the mode
+    only when the version differs; another architecture is refused."""
+    from rlplay.engine.rollout._params import RayParams
+    actor, worker = CountingActor(), CountingActor()
+    params = RayParams(actor)
+    with torch.no_grad():
+        actor.w.fill_(2.0)
+        actor.shift += 3
+    actor.eval()
+    assert params.publish(actor) == params.version == 1
+    with torch.no_grad():
+        actor.w.fill_(7.0)  # not published
+    assert params.load(worker, known=None) == 1
+    assert worker.w.item() == 2.0 and int(worker.shift) == 3
+    assert not worker.training
+    with torch.no_grad():
+        worker.w.fill_(0.0)
+    assert params.load(worker, known=1) == 1  # held already: no copy
+    assert worker.w.item() == 0.0
+    with pytest.raises(ValueError, match="missing"):
+        params.publish(PolicyActor(nn.Linear(1, 5)))
+    assert params.version == 1
+
+
+def test_max_lag_zero_is_on_policy():
+    """``max_lag=0``: every fragment delivered was collected with the
+    parameters published by that very ``next()``, and the workers follow
+    parameter changes (``shift`` changes the actions)."""
+    actor = CountingActor()
+    feed = make(counting_factory, actor, n_buffers=4, n_per_batch=2,
+                max_lag=0)
+    with feed:
+        for k, batch in enumerate(itertools.islice(feed, 8)):
+            assert feed.version == k + 1
+            assert torch.all(batch.meta.version == feed.version)
+            state = batch.state
+            expected = (state.obs[:-1, :, 0].long() + state.stepno[:-1]
+                        + k) % 5
+            assert torch.equal(state.act[1:], expected)
+            assert feed.stats["lag"] == 0
+            with torch.no_grad():
+                actor.shift += 1
+    accounts = feed.stats["workers"]
+    assert sum(a["delivered"] for a in accounts) == 16
+    assert feed.stats["dropped"] == sum(a["dropped"] for a in accounts) > 0
+    assert all(a["received"] == a["delivered"] + a["dropped"] +
+               a["discarded"] == a["collected"] for a in accounts)
+
+
+def test_max_lag_drops_stale_fragments():
+    """A fragment requested before the version is bumped past ``max_lag``
+    is dropped, counted and requested again; none is lost, and the lag
+    reported is that of the oldest fragment."""
+    actor = CountingActor()
+    feed = make(counting_factory, actor, n_actors=1, n_buffers=3,
+                max_lag=1)
+    with feed:
+        batch = next(feed)
+        v0, s0 = feed.version, int(batch.meta.seq[0])
+        assert (v0, s0, int(batch.meta.version[0])) == (1, 0, 0)
+        assert feed.stats["lag"] == 1
+        assert feed.poll(timeout=BOUND) >= 1
+        feed.params.publish(actor)  # v0 + 1
+        batch = next(feed)  # publishes v0 + 2: needs a version >= v0 + 1
+        s1, dropped = int(batch.meta.seq[0]), feed.stats["dropped"]
+        assert feed.version == v0 + 2
+        assert int(batch.meta.version[0]) >= feed.version - 1
+        assert dropped > 0 and s1 - s0 - 1 == dropped
+    account = feed.stats["workers"][0]
+    assert account["dropped"] == dropped
+    assert account["received"] == account["delivered"] + \
+        account["dropped"] + account["discarded"] == account["collected"]
+
+
+def test_sequence_numbers_have_no_gap_or_duplicate():
+    """Two workers, three requests in flight, two fragments per batch, 60
+    batches: per worker, the sequence numbers delivered are ``0 .. d - 1``;
+    after ``close()``, each worker's own count equals those received, and
+    those delivered plus those discarded."""
+    B, n_batches = 2, 60
+    feed = cluster.rollout(functools.partial(counting_factory, term_every=5),
+                           CountingActor(), 4, 2, B, 3, 2, entropy=5,
+                           timeout=BOUND, start_timeout=START)
+    seen = []
+    with feed:
+        for batch in itertools.islice(feed, n_batches):
+            seen.extend(identities(batch, 2, B))
+            assert feed.stats["lag"] == feed.version - int(
+                batch.meta.version.min())
+    assert len(set(seen)) == len(seen) == 2 * n_batches
+    for w, account in enumerate(feed.stats["workers"]):
+        seqs = sorted(seq for worker, seq in seen if worker == w)
+        assert seqs == list(range(len(seqs)))
+        assert account["delivered"] == len(seqs)
+        assert account["collected"] == account["received"] == \
+            len(seqs) + account["discarded"]
+    assert feed.stats["steps"] == n_batches * 2 * B * 4
+    assert set(feed.stats["workers"][0]) >= {"node", "restarts", "lost"}
+
+
+# ------------------------------------------------------------------ faults --
+
+def test_env_raises():
+    feed = make(functools.partial(FaultyEnv, "step", at=10))
+    with feed:
+        next(feed)
+        err = raises_within(feed, WorkerError)
+    assert err.exc_type is ValueError and err.worker in (0, 1)
+    assert "step failed on purpose" in str(err)
+    assert isinstance(err.__cause__, RemoteTraceback)
+    assert "FaultyEnv" in err.remote_traceback or "envs.py" in \
+        err.remote_traceback
+    assert "in collect" in str(err)
+
+
+def test_killed_actor_is_reported_within_bound():
+    feed = make()
+    with feed:
+        wait_started(feed)
+        next(feed)
+        pid, node = feed.pids[0], feed.nodes[0]
+        os.kill(pid, signal.SIGKILL)
+        err = raises_within(feed, WorkerDied)
+    assert err.worker == 0 and err.node == node and err.exitcode is None
+    assert f"pid {pid}" in str(err) and node in str(err)
+
+
+def test_hung_env_times_out():
+    feed = make(StallingEnv, timeout=0.5)
+    tic = time.monotonic()
+    with pytest.raises(RolloutTimeout, match="within 0.5 s"):
+        for _ in range(100):
+            next(feed)
+    assert time.monotonic() - tic < 2 * BOUND
+    assert not actors_of(feed)  # killed at once, hung or not
+
+
+def test_restart_replaces_a_killed_actor():
+    """``restarts=1``: the killed actor's worker gets a new actor (another
+    process), whose fragments go on from the last sequence number received,
+    from resets; the run goes on."""
+    feed = make(n_buffers=4, n_per_batch=2, restarts=1, restart_delay=0.1)
+    seen = []
+    with feed:
+        wait_started(feed)
+        for batch in itertools.islice(feed, 3):
+            seen.extend(identities(batch, 2, 1))
+        old, before = feed.pids[1], len(seen)
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + BOUND + START
+        # until the replacement has delivered three fragments (two more
+        # may be the killed one's, finished before it died)
+        while sum(w == 1 for w, _ in seen[before:]) < 3 + 2:
+            assert time.monotonic() < deadline, "no replacement"
+            seen.extend(identities(next(feed), 2, 1))
+        assert feed.pids[1] not in (None, old)
+        stats = feed.stats
+    assert stats["restarts"] == 1
+    account = stats["workers"][1]
+    assert account["restarts"] == 1 and account["lost"] <= 1
+    assert account["last_cause"].startswith("WorkerDied: worker 1")
+    assert len(set(seen)) == len(seen)
+    for w in (0, 1):
+        seqs = [seq for worker, seq in seen if worker == w]
+        assert seqs == sorted(seqs) and seqs[-1] >= 3
+
+
+def test_actor_error_is_not_restarted():
+    from test_multi_faults import ActorFailure, RaisingActor
+    feed = make(actor=RaisingActor(), restarts=3, restart_delay=0.1)
+    with feed:
+        next(feed)
+        err = raises_within(feed, WorkerError)
+    assert err.exc_type is ActorFailure
+    assert feed.stats["restarts"] == 0
+
+
+# --------------------------------------------------------------- shutdown --
+
+def test_no_actor_alive_after_close():
+    feed = make(n_buffers=4, n_per_batch=2)
+    next(feed)
+    assert len(actors_of(feed)) == 2
+    feed.close()
+    assert not actors_of(feed)  # close() waited until Ray knew them dead
+    with pytest.raises(StopIteration):
+        next(feed)
+    assert feed.params is None
+    feed.close()  # idempotent
+
+
+def test_dropping_the_rollout_kills_its_actors():
+    feed = make()
+    next(feed)
+    ids = actors_of(feed)
+    assert len(ids) == 2
+    del feed  # no close(); no cycle keeps it alive
+    assert not ids & set(_ray_actors())
+
+
+def test_bad_arguments_fail_up_front():
+    with pytest.raises(ValueError, match="n_buffers >= n_per_batch"):
+        make(n_buffers=1, n_per_batch=2)
+    with pytest.raises(ValueError, match="max_restarts"):
+        make(actor_options={"max_restarts": 2})
+    with pytest.raises(TypeError, match="actor_options"):
+        make(actor_options=["num_cpus"])
+
+
+# -------------------------------------------------------- Ray is optional --
+
+def test_without_ray_calling_rollout_says_how_to_install():
+    """Importing rlplay (and the cluster module) needs no Ray; importing
+    rlplay.engine.rollout does not import it; calling cluster.rollout
+    without it raises ImportError."""
+    code = (
+        "import sys\n"
+        "import rlplay.engine.rollout\n"
+        "assert 'ray' not in sys.modules\n"
+        "sys.modules['ray'] = None  # import ray now fails\n"
+        "from rlplay.engine.rollout import cluster\n"
+        "from rlplay.engine import PolicyActor\n"
+        "import torch\n"
+        "try:\n"
+        "    cluster.rollout(None, PolicyActor(torch.nn.Linear(1, 2)), 4,"
+        " 1, 1, 1, 1)\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "pip install rlplay[cluster]" in out.stdout
+
+
+# -------------------------------------------------------------- two nodes --
+
+@pytest.mark.timeout(180)
+def test_two_nodes_and_a_lost_node():
+    """A head node and a second node (``ray start``) on this host, in a
+    script of its own (its own Ray driver): the two workers run on distinct
+    nodes; a third node joins and the second node's raylet is SIGKILLed;
+    its worker is reported dead naming that node and, with ``restarts=1``,
+    moves to the third."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "cluster_nodes.py")],
+        capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    result = json.loads(line[-1][len("RESULT "):])
+    head, second = result["head"], result["second"]
+    assert sorted(result["nodes_before"]) == sorted([head, second])
+    lost = result["nodes_before"].index(second)
+    assert result["nodes_after"][lost] == result["third"]
+    assert result["nodes_after"][1 - lost] == head
+    assert result["cause"].startswith(f"WorkerDied: worker {lost}")
+    assert second in result["cause"]
+    assert result["restarts"] == 1 and result["batches_after"] > 0
+    assert result["detected_s"] < 30
