@@ -27,15 +27,22 @@ Per batch, averaged over ``--seconds`` of batches after a warm-up:
 ``steps/s``
     env steps per second of the training loop, and ``x seq``, over (a)'s.
 
+The two rows alternate over ``--rounds`` rounds (so that a slow spell of a
+noisy machine hits both); each column gives the median over rounds, and
+``overlap`` and ``x seq`` their spread (min-max) too. ``x seq`` is taken
+per round, (b) over the (a) of the same round.
+
 Both sides run one torch thread (``torch.set_num_threads(1)`` here; the
 worker of ``single.rollout`` sets its own), so on two cores each has one.
 ``--json`` prints one object per row (``name``, ``overlap``,
-``steps_per_s`` and the times in seconds).
+``steps_per_s``, ``x_seq`` and the times in seconds, medians; ``overlap``
+and ``x_seq`` with ``_min`` and ``_max``).
 
-    python benchmarks/overlap.py [--json] [--seconds 4]
+    python benchmarks/overlap.py [--json] [--seconds 3] [--rounds 5]
 """
 import argparse
 import json
+import statistics
 import time
 from contextlib import closing
 
@@ -120,12 +127,35 @@ def run(name, module, actor, train, seconds):
             "batches": n_batches}
 
 
+def summarize(rounds):
+    """Per row: the median of every quantity over rounds, and the spread
+    of ``overlap`` and ``x_seq`` (this round's steps/s over (a)'s)."""
+    for rows in rounds:
+        for row in rows:
+            row["x_seq"] = row["steps_per_s"] / rows[0]["steps_per_s"]
+    summary = []
+    for column in zip(*rounds):
+        row = {"name": column[0]["name"], "rounds": len(column)}
+        for key in ("overlap", "steps_per_s", "x_seq", "t_collect",
+                    "t_train", "t_wait", "t_wall"):
+            values = sorted(r[key] for r in column)
+            row[key] = statistics.median(values)
+            if key in ("overlap", "x_seq"):
+                row[key + "_min"], row[key + "_max"] = values[0], values[-1]
+        summary.append(row)
+    return summary
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per row")
-    parser.add_argument("--seconds", type=float, default=4.0,
-                        help="timed seconds per row (after a warm-up)")
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help="timed seconds per row and round (after a "
+                             "warm-up)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds over both rows; a row reports its "
+                             "median and min-max")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -135,28 +165,32 @@ def main(argv=None):
     if not args.json:
         print(f"calibrated: collecting a fragment takes {t_collect * 1e3:.1f}"
               f" ms; a training step is {n_iters} gradient steps")
-    rows = [run("cartpole/same.rollout", same, actor,
-                Trainer(actor, n_iters), args.seconds)]
+    modules = [("cartpole/same.rollout", same)]
     if single is None:
         print("cartpole/single.rollout skipped: rlplay.engine.rollout.single "
               "is not available")
     else:
-        rows.append(run("cartpole/single.rollout", single, actor,
-                        Trainer(actor, n_iters), args.seconds))
+        modules.append(("cartpole/single.rollout", single))
+    rounds = [[run(name, module, actor, Trainer(actor, n_iters),
+                   args.seconds) for name, module in modules]
+              for _ in range(args.rounds)]
+    rows = summarize(rounds)
 
     if args.json:
         for row in rows:
             print(json.dumps({key: round(value, 6) if isinstance(
                 value, float) else value for key, value in row.items()}))
         return
+    print(f"medians of {args.rounds} rounds (min-max)")
     print(f"{'name':<24} {'T_collect':>9} {'T_train':>8} {'T_wait':>7} "
-          f"{'T_wall':>7} {'overlap':>7} {'steps/s':>8} {'x seq':>6}")
+          f"{'T_wall':>7} {'overlap':>17} {'steps/s':>8} {'x seq':>17}")
     for row in rows:
         print(f"{row['name']:<24} {row['t_collect'] * 1e3:>7.1f}ms "
               f"{row['t_train'] * 1e3:>6.1f}ms {row['t_wait'] * 1e3:>5.1f}ms "
-              f"{row['t_wall'] * 1e3:>5.1f}ms {row['overlap']:>7.2f} "
-              f"{row['steps_per_s']:>8,.0f} "
-              f"{row['steps_per_s'] / rows[0]['steps_per_s']:>6.2f}")
+              f"{row['t_wall'] * 1e3:>5.1f}ms {row['overlap']:>5.2f} "
+              f"({row['overlap_min']:.2f}-{row['overlap_max']:.2f}) "
+              f"{row['steps_per_s']:>8,.0f} {row['x_seq']:>5.2f} "
+              f"({row['x_seq_min']:.2f}-{row['x_seq_max']:.2f})")
 
 
 if __name__ == "__main__":
