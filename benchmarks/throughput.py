@@ -45,6 +45,11 @@ Measured in the same run, per env, as rows of their own:
     The actor alone: one batched ``actor.step`` call for 8 (4) envs on a
     fixed observation, sampling included, under ``torch.no_grad()``.
     Env steps/s, i.e. envs per call over seconds per call.
+``floor.policy_actor.8``
+    The same, for ``PolicyActor`` wrapping the same MLP (rlplay's adapter
+    of a plain policy: it samples from the logits and records the
+    log-probability of the action). Not used by the ceilings; it shows
+    what the adapter costs beside the benchmark's own actor.
 ``ceiling.1x8``
     What one core could do if storing cost nothing:
     ``1 / (1 / floor.envs + 1 / floor.actor.8)`` steps/s.
@@ -164,7 +169,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from torch import nn
 
 import rlplay
-from rlplay.engine import BaseActorModule
+from rlplay.engine import BaseActorModule, PolicyActor
 from rlplay.engine.rollout import same
 
 try:
@@ -532,6 +537,9 @@ def rows(env_name, profile=False):
               lambda s: run_actor_alone(factory, actor, N_ENVS, s)),
         floor(f"actor.{n_per_actor}",
               lambda s: run_actor_alone(factory, actor, n_per_actor, s)),
+        floor(f"policy_actor.{N_ENVS}",
+              lambda s: run_actor_alone(factory, PolicyActor(actor.mlp),
+                                        N_ENVS, s)),
         row("hand", lambda s: run_hand(factory, actor, n_steps, s),
             f"1x{N_ENVS}"),
         row("SyncVectorEnv",
