@@ -149,8 +149,11 @@ def descendants():
     found, todo = [], [os.getpid()]
     while todo:
         pid = todo.pop()
-        for task in os.listdir(f"/proc/{pid}/task") \
-                if os.path.exists(f"/proc/{pid}/task") else ():
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # it ended meanwhile
+            continue
+        for task in tasks:
             with contextlib.suppress(OSError):
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     children = [int(c) for c in f.read().split()]

@@ -42,7 +42,11 @@ def descendants(pid):
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
-        for task in os.listdir(f"/proc/{parent}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:  # it ended meanwhile
+            continue
+        for task in tasks:
             with contextlib.suppress(OSError), \
                     open(f"/proc/{parent}/task/{task}/children") as f:
                 children = [int(c) for c in f.read().split()]
