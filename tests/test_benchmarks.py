@@ -1,0 +1,91 @@
+"""The benchmark scripts still run, and print what their docstrings say.
+
+Each runs briefly in a process of its own (``--json`` where it has it) and
+its output is checked for shape: the rows and keys it promises. No timing
+is asserted: performance is measured by the scripts, never by tests.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "benchmarks")
+
+
+def run(script, *args, timeout=240):
+    out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script),
+                          *args], capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def json_rows(stdout):
+    return {row["name"]: row for row in map(json.loads, (
+        line for line in stdout.splitlines() if line.startswith("{")))}
+
+
+def test_throughput_prints_floors_ceilings_and_ratios():
+    rows = json_rows(run("throughput.py", "--json", "--duration", "0.2",
+                         "--rounds", "2", "--only",
+                         "cartpole/hand,cartpole/same.rollout"))
+    kinds = {name: row["kind"] for name, row in rows.items()}
+    assert kinds == {
+        "cartpole/floor.envs": "floor", "cartpole/floor.actor.8": "floor",
+        "cartpole/floor.actor.4": "floor",
+        "cartpole/floor.policy_actor.8": "floor",
+        "cartpole/ceiling.1x8": "ceiling", "cartpole/ceiling.2x8": "ceiling",
+        "cartpole/ceiling.2x4": "ceiling",
+        "cartpole/ceiling.async": "ceiling", "cartpole/hand": "row",
+        "cartpole/same.rollout": "row",
+        "cartpole/same.rollout.check_always": "row"}
+    for row in rows.values():
+        assert len(row["rounds"]) == 2
+        assert row["min"] <= row["steps_per_s"] <= row["max"]
+    # the ceilings are computed per round from that round's floors
+    envs, actor = (rows[f"cartpole/floor.{name}"]["rounds"]
+                   for name in ("envs", "actor.8"))
+    for r, value in enumerate(rows["cartpole/ceiling.1x8"]["rounds"]):
+        assert value == pytest.approx(1 / (1 / envs[r] + 1 / actor[r]),
+                                      rel=1e-3)
+    hand, same = rows["cartpole/hand"], rows["cartpole/same.rollout"]
+    assert hand["ratio"] == 1.0 and same["ratio_same"] == 1.0
+    for row in (hand, same):
+        assert row["ceiling"] == "1x8" and 0 < row["pct_ceiling"] <= 100
+        assert row["efficiency"] is None and row["learner_cpu"] > 0
+
+
+def test_throughput_profile_prints_its_parts():
+    out = run("throughput.py", "--profile", "--duration", "0.2",
+              "--rounds", "1", "--only", "cartpole/profile")
+    section = out[out.index("cartpole/profile: us per env step"):]
+    for part in ("actor call", "env step + reset", "rest", "as in hand",
+                 "rlplay's extra", "whole", "plain row", "instrumentation"):
+        assert f"\n  {part}" in section or f"\n    {part}" in section, part
+
+
+def test_overlap_prints_both_rows_with_their_spread():
+    rows = json_rows(run("overlap.py", "--json", "--seconds", "0.3",
+                         "--rounds", "2"))
+    assert list(rows) == ["cartpole/same.rollout", "cartpole/single.rollout"]
+    for row in rows.values():
+        assert row["rounds"] == 2
+        for key in ("overlap", "x_seq"):
+            assert row[key + "_min"] <= row[key] <= row[key + "_max"]
+        assert row["t_wall"] > 0 and row["steps_per_s"] > 0
+    assert rows["cartpole/same.rollout"]["x_seq"] == 1.0
+
+
+def test_nested_runs():
+    assert json_rows(run("nested.py", "--json"))
+
+
+@pytest.mark.parametrize("start_method", ["fork"])
+def test_soak_restarts_runs_and_reports(start_method):
+    out = run("soak_restarts.py", "--batches", "60", "--crash-rate", "0.1",
+              "--start-method", start_method)
+    assert f"{start_method}: 60 batches" in out
+    assert "restarts:" in out and "descriptors" in out
