@@ -535,6 +535,28 @@ def test_single_refuses_buffers_too_large_for_dev_shm(monkeypatch):
         single.rollout(wide, ZeroActor(), 2, 1, start_method="fork")
 
 
+# ------------------------------------------- named semaphores at close() --
+
+@pytest.mark.parametrize("kind", ["single", "multi", "evaluator"])
+def test_close_unlinks_the_named_semaphores_of_a_live_generator(kind):
+    """Under spawn the lock of the shared parameters is a named semaphore
+    in /dev/shm: it goes with close(), even while the generator object is
+    still referenced (a notebook keeps it in a variable)."""
+    before = semaphores(os.getpid())
+    feed = make(kind, functools.partial(CountingEnv, term_every=3),
+                start_method="spawn")
+    with closing(feed):
+        if kind == "evaluator":
+            feed.submit(actor_of())
+            feed.result(timeout=60)
+        else:
+            next(feed)
+        ours = semaphores(os.getpid()) - before
+        assert ours, "no named semaphore to watch"
+    assert not named(ours)
+    assert feed is not None  # still referenced until here
+
+
 # ---------------------------------------- a script without the main guard --
 
 _UNGUARDED = """

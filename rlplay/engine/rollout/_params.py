@@ -186,9 +186,14 @@ class SharedParams:
         return False
 
     def close(self):
-        """Unmap the shared copy (views still alive keep it mapped)."""
+        """Unmap the shared copy (views still alive keep it mapped) and let
+        go of the lock; idempotent. Under spawn and forkserver the lock is
+        a named semaphore in ``/dev/shm``, unlinked when its last reference
+        goes: dropped here, it goes with ``close()``, not with the
+        generator that holds this object."""
         self.tensors = None
         self.segment.close()
+        self._version = self._holder = self._training = None
 
 
 class RayParams:
