@@ -89,3 +89,4 @@ def test_soak_restarts_runs_and_reports(start_method):
               "--start-method", start_method)
     assert f"{start_method}: 60 batches" in out
     assert "restarts:" in out and "descriptors" in out
+    assert "growth is judged over 200 batches" in out  # too short here
