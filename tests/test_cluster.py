@@ -29,6 +29,7 @@ from rlplay.engine import (PolicyActor, RemoteTraceback,  # noqa: E402
                            RolloutTimeout, WorkerDied, WorkerError)
 from rlplay.engine.nested import suply  # noqa: E402
 from rlplay.engine.rollout import cluster, same  # noqa: E402
+from test_multi_faults import raises_within  # noqa: E402
 from test_multi import (CountingActor, assert_fragments_equal,  # noqa: E402
                         identities, mixed_factory, reference, slot,
                         without_version)
@@ -52,20 +53,6 @@ def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
     args.update(kwargs)
     return cluster.rollout(factory, actor or CountingActor(), 4, n_actors,
                            1, n_buffers, n_per_batch, **args)
-
-
-def raises_within(feed, exc_type, bound=BOUND):
-    """Iterate until ``exc_type`` is raised, at most ``bound`` s later; the
-    rollout stays broken, with the same error."""
-    tic = time.monotonic()
-    with pytest.raises(exc_type) as info:
-        for _ in range(100_000):
-            next(feed)
-    assert time.monotonic() - tic < bound
-    with pytest.raises(exc_type) as again:
-        next(feed)
-    assert again.value is info.value
-    return info.value
 
 
 def wait_started(feed, bound=START):
@@ -298,6 +285,24 @@ def test_restart_replaces_a_killed_actor():
     for w in (0, 1):
         seqs = [seq for worker, seq in seen if worker == w]
         assert seqs == sorted(seqs) and seqs[-1] >= 3
+
+
+def test_waiting_out_the_restart_delay_is_no_stall():
+    """The only worker's actor is killed and its replacement starts only
+    after ``restart_delay`` > ``timeout``: next() waits for it (then
+    ``start_timeout`` for its start) instead of raising RolloutTimeout."""
+    feed = make(n_actors=1, restarts=1, restart_delay=2.0, timeout=1.0)
+    with feed:
+        wait_started(feed)
+        next(feed)
+        old = feed.pids[0]
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0 + START
+        while feed.pids[0] in (None, old):
+            assert time.monotonic() < deadline, "no replacement"
+            next(feed)
+        next(feed)
+        assert feed.stats["restarts"] == 1
 
 
 def test_actor_error_is_not_restarted():

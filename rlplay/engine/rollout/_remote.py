@@ -271,6 +271,11 @@ class RemoteSupervisor(RestartPolicy):
         return any(not m.delivered for m in self.members)
 
     @property
+    def replacing(self):
+        """Whether a replacement waits out its ``restart_delay``."""
+        return any(m.due is not None for m in self.members)
+
+    @property
     def pids(self):
         return [m.where and m.where.pid for m in self.members]
 

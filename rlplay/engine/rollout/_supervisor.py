@@ -335,7 +335,10 @@ class Supervisor(RestartPolicy):
 
 class Supervised:
     """The learner's side of a generator whose workers a
-    :class:`Supervisor` runs (``self.params`` set first)."""
+    :class:`Supervisor` runs (``self.params`` set first), or a
+    :class:`~._remote.RemoteSupervisor` (cluster): the bounded wait for
+    news, the error latch's restart count, pids. :meth:`_supervise` and
+    :attr:`process` are for worker processes only."""
 
     _supervisor = None
 

@@ -88,7 +88,7 @@ import time
 from ..errors import RolloutTimeout
 from ..pool import layout
 from ..seeds import seed_sequence
-from ..utils.mp import Cloudpickled, first_timeout
+from ..utils.mp import Cloudpickled
 from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
                     Generator, Stats, Status, check_arguments, probe_layout)
 from ._batch import Arrival, Collation, ReadyQueue, check_hx_dim, new_account
@@ -96,7 +96,7 @@ from ._collector import SessionSpec
 from ._delivery import Delivery
 from ._params import RayParams, cpu_copy
 from ._remote import RemoteSupervisor, join, ray_options
-from ._supervisor import RESTART_DELAY
+from ._supervisor import RESTART_DELAY, Supervised
 
 try:
     import ray
@@ -149,7 +149,7 @@ class _Requests:
         self.give(arrival.worker)
 
 
-class Rollout(Generator):
+class Rollout(Supervised, Generator):
     """An endless iterator of batches collated from Ray actors.
 
     Use :func:`rollout` (which documents the arguments). A context
@@ -241,18 +241,8 @@ class Rollout(Generator):
         return self.stats["version"]
 
     @property
-    def pids(self):
-        return self._supervisor.pids
-
-    @property
     def nodes(self):
         return self._supervisor.nodes
-
-    def _bound(self):
-        # how long to wait without news (start-up time too while a worker
-        # has not delivered yet)
-        return first_timeout(self.timeout, self.start_timeout) \
-            if self._supervisor.starting else self.timeout
 
     def _next(self):
         # the rows "next() #k" of the timeline in the module docstring
@@ -264,21 +254,20 @@ class Rollout(Generator):
         supervisor.pump(0, what)  # deaths are reported at once
         version = self.params.publish(self.actor)
         taken = []
-        while True:
+
+        def enough():
             taken.extend(requests.ready.take(
                 self.n_per_batch - len(taken), version, self.max_lag,
                 requests.recycle))
-            if len(taken) == self.n_per_batch:
-                break
-            if deadline.remaining() == 0:
-                requests.ready.give_back(taken)
-                raise RolloutTimeout(
-                    f"no fragment for {what} within {deadline.bound} s "
-                    f"({len(taken)} of {self.n_per_batch} in hand) although "
-                    f"the workers' actors are alive; raise timeout= for "
-                    f"slow envs")
-            if supervisor.pump(deadline.remaining(), what):
-                deadline.renew(self._bound())
+            return len(taken) == self.n_per_batch
+
+        if not self._await(enough, what, deadline):
+            requests.ready.give_back(taken)
+            raise RolloutTimeout(
+                f"no fragment for {what} within {deadline.bound} s "
+                f"({len(taken)} of {self.n_per_batch} in hand) although "
+                f"the workers' actors are alive; raise timeout= for "
+                f"slow envs")
         toc = time.perf_counter()
         self.delivery.wait()  # the last device copy read the host batch
         self._collation.collate([Collation.sources(
