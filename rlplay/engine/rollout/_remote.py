@@ -232,9 +232,9 @@ class RemoteSupervisor(RestartPolicy):
         self.start_args, self.options = start_args, options
         self.on_started, self.on_result = on_started, on_result
         self.on_lost = on_lost
-        RestartPolicy.__init__(self, restarts, restart_delay)
         self.shutdown_timeout = shutdown_timeout
         self.members = [_Member(w, accounts[w]) for w in range(n_workers)]
+        RestartPolicy.__init__(self, self.members, restarts, restart_delay)
         self.pending = {}  # ref -> (member, method), in the order of calls
         self.closed = False
         self._handles = {}
@@ -264,16 +264,6 @@ class RemoteSupervisor(RestartPolicy):
     def running(self, w):
         """Whether worker ``w`` has an actor (starting or running)."""
         return self.members[w].phase is not _Phase.DOWN
-
-    @property
-    def starting(self):
-        """Whether a worker has not delivered since it started."""
-        return any(not m.delivered for m in self.members)
-
-    @property
-    def replacing(self):
-        """Whether a replacement waits out its ``restart_delay``."""
-        return any(m.due is not None for m in self.members)
 
     @property
     def pids(self):

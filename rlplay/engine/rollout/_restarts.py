@@ -31,12 +31,25 @@ class Member:
 
 
 class RestartPolicy:
-    """Mixin of a supervisor: ``budget``, ``restart_delay``, ``restarts``
-    (used so far); :meth:`_fail` raises or counts a replacement."""
+    """Mixin of a supervisor of ``members`` (:class:`Member`): ``budget``,
+    ``restart_delay``, ``restarts`` (used so far); :meth:`_fail` raises or
+    counts a replacement."""
 
-    def __init__(self, restarts, restart_delay):
+    def __init__(self, members, restarts, restart_delay):
+        self._members = members
         self.budget, self.restart_delay = restarts, restart_delay
         self.restarts = 0
+
+    @property
+    def starting(self):
+        """Whether a worker has not delivered yet since it started (its
+        start-up gets ``start_timeout`` more)."""
+        return any(not m.delivered for m in self._members)
+
+    @property
+    def replacing(self):
+        """Whether a replacement waits out its ``restart_delay``."""
+        return any(m.due is not None for m in self._members)
 
     def _fail(self, member, exc, restartable, cause):
         """Raise ``exc`` (with the reason) unless ``member`` is to be

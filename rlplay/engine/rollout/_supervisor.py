@@ -114,10 +114,10 @@ class Supervisor(RestartPolicy):
         self.ctx, self.make_config = ctx, make_config
         self.on_message, self.on_lost = on_message, on_lost
         self.name, self.params = name, params
-        RestartPolicy.__init__(self, restarts, restart_delay)
         self.shutdown_timeout = shutdown_timeout
         accounts = accounts or [{} for _ in range(n_workers)]
         self.workers = [_Worker(w, accounts[w]) for w in range(n_workers)]
+        RestartPolicy.__init__(self, self.workers, restarts, restart_delay)
         self.accounts = [wk.account for wk in self.workers]
         self.closed = False
         self._owner = os.getpid()
@@ -159,17 +159,6 @@ class Supervisor(RestartPolicy):
     @property
     def pids(self):
         return [wk.pid for wk in self.workers]
-
-    @property
-    def starting(self):
-        """Whether a worker has not delivered yet since it started (its
-        start-up gets ``start_timeout`` more)."""
-        return any(not wk.delivered for wk in self.workers)
-
-    @property
-    def replacing(self):
-        """Whether a replacement waits out its ``restart_delay``."""
-        return any(wk.due is not None for wk in self.workers)
 
     # ------------------------------------------------------------- pump --
     def pump(self, timeout, what):
