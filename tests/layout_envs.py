@@ -78,3 +78,19 @@ class CyclingEnv(CountingEnv):
             terminated = True
             info["done"] = 1.0
         return obs, rew, terminated, truncated, info
+
+
+class BadRewardEnv(CountingEnv):
+    """A CountingEnv whose ``at``-th step returns ``reward`` as its reward
+    (a string, say)."""
+
+    def __init__(self, reward="1.0", at=2, **kwargs):
+        super().__init__(**kwargs)
+        self.reward, self.at, self.steps = reward, at, 0
+
+    def step(self, action):
+        obs, rew, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps == self.at:
+            rew = self.reward
+        return obs, rew, terminated, truncated, info

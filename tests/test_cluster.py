@@ -248,7 +248,16 @@ def test_killed_actor_is_reported_within_bound():
 
 
 def test_hung_env_times_out():
+    """Each worker delivers one fragment, then its env hangs: once both
+    have delivered (until then a worker is starting, and ``start_timeout``
+    adds to the bound), next() raises RolloutTimeout after ``timeout`` of
+    no news."""
     feed = make(StallingEnv, timeout=0.5)
+    accounts = feed.stats["workers"]
+    deadline = time.monotonic() + 2 * START
+    while sum(a["received"] for a in accounts) < 2:
+        assert time.monotonic() < deadline, "the workers did not deliver"
+        feed.poll(timeout=0.1)
     tic = time.monotonic()
     with pytest.raises(RolloutTimeout, match="within 0.5 s"):
         for _ in range(100):
@@ -345,6 +354,10 @@ def test_bad_arguments_fail_up_front():
         make(actor_options={"max_restarts": 2})
     with pytest.raises(TypeError, match="actor_options"):
         make(actor_options=["num_cpus"])
+    with pytest.raises(ValueError, match="restart_delay must be a finite"):
+        make(restarts=1, restart_delay=float("inf"))
+    with pytest.raises(ValueError, match="timeout must be a finite"):
+        make(timeout=float("inf"))
 
 
 # -------------------------------------------------------- Ray is optional --

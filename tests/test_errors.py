@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from envs import CountingEnv, StructuredEnv, failing_factory
-from layout_envs import BadKeyEnv, BadShapeEnv, EpisodeInfoEnv, OldStepEnv
+from layout_envs import (BadKeyEnv, BadRewardEnv, BadShapeEnv,
+                         EpisodeInfoEnv, OldStepEnv)
 from rlplay.engine import BaseActorModule
 from rlplay.engine.core import evaluate, prepare
 from rlplay.engine.nested import StructureError
@@ -328,6 +329,25 @@ def test_step_with_the_old_gym_api():
                                         r"truncated, info\) as in Gymnasium "
                                         r"1.x, got tuple of length 4"):
         rollout(OldStepEnv, Actor())
+
+
+@pytest.mark.parametrize("reward, shown", [
+    ("1.0", "str '1.0'"), (None, "NoneType None"),
+    (np.ones(2), r"ndarray array\(\[1., 1.\]\)")])
+def test_a_reward_that_is_not_a_number(reward, shown):
+    """In collection and in evaluation, naming the env column and step."""
+    factory = functools.partial(BadRewardEnv, reward, at=3)
+    match = rf"env 0 step 2: the reward must be a real number, got {shown}"
+    with pytest.raises(TypeError, match=match):
+        rollout(factory, Actor(), n_envs=1)
+    with pytest.raises(TypeError, match=match):
+        evaluate([factory()], Actor(), 1)
+
+
+def test_rewards_of_numpy_types_are_numbers():
+    for reward in (np.float32(0.5), np.int64(2), np.array(0.5),
+                   np.array([0.5]), True):
+        rollout(functools.partial(BadRewardEnv, reward, at=1), Actor())
 
 
 def test_env_info_not_matching_its_spec():

@@ -213,6 +213,22 @@ def test_bad_arguments():
         evaluator.submit(actor)
 
 
+def test_a_reward_that_is_not_a_number_is_a_clear_worker_error():
+    """The evaluator's worker refuses a string reward as collection does,
+    naming the reward and the env column, and the learner gets it."""
+    from layout_envs import BadRewardEnv
+    actor = ShiftActor()
+    factory = functools.partial(BadRewardEnv, "1.0", at=2, term_every=4)
+    with Evaluator(factory, actor, n_envs=2, start_method="fork") as \
+            evaluator:
+        evaluator.submit(actor)
+        with pytest.raises(WorkerError, match=r"env 0 step 1: the reward "
+                                              r"must be a real number, got "
+                                              r"str '1.0'") as info:
+            evaluator.result(timeout=BOUND)
+    assert info.value.exc_type is TypeError
+
+
 def test_numpy_counts_are_accepted():
     # as by core.evaluate and the rollouts
     actor = ShiftActor()

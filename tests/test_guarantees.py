@@ -411,7 +411,7 @@ def test_evaluator_result_timeout_and_bad_timeouts_keep_the_request():
     factory = functools.partial(StallEnv, at=1, stall_for=1.5, term_every=2)
     with make("evaluator", factory, actor=actor) as evaluator:
         version = evaluator.submit(actor)
-        for bad in ("5", -1, float("nan")):
+        for bad in ("5", -1, float("nan"), float("inf")):
             with pytest.raises((TypeError, ValueError), match="timeout"):
                 evaluator.result(timeout=bad)
         with pytest.raises(RolloutTimeout):
@@ -439,6 +439,8 @@ def test_a_non_actor_is_refused_up_front(kind, actor, nothing_starts):
     dict(timeout="5"), dict(timeout=-1), dict(timeout=float("nan")),
     dict(start_timeout=-1), dict(start_timeout="1"),
     dict(shutdown_timeout=None), dict(shutdown_timeout=-0.5),
+    dict(timeout=float("inf")), dict(start_timeout=float("inf")),
+    dict(shutdown_timeout=float("inf")),
 ], ids=lambda bad: "{}={!r}".format(*next(iter(bad.items()))))
 def test_bad_timeouts_are_refused_before_anything_starts(kind, bad,
                                                          nothing_starts):
@@ -446,6 +448,18 @@ def test_bad_timeouts_are_refused_before_anything_starts(kind, bad,
     name = next(iter(bad))
     with pytest.raises((TypeError, ValueError), match=name):
         make(kind, never_called, **bad)
+
+
+@pytest.mark.parametrize("kind", ["single", "multi", "evaluator"])
+@pytest.mark.parametrize("delay", [float("inf"), float("nan"), -1.0, "1"],
+                         ids=repr)
+def test_a_restart_delay_that_is_not_finite_is_refused(kind, delay,
+                                                      nothing_starts):
+    """A replacement due at infinity would leave next() (or result())
+    waiting for good after a failure, whatever ``timeout``."""
+    with pytest.raises(ValueError, match=r"restart_delay must be a finite "
+                                         r"number of seconds"):
+        make(kind, never_called, restarts=1, restart_delay=delay)
 
 
 def test_submit_refuses_an_actor_of_another_architecture():

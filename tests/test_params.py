@@ -112,6 +112,10 @@ def test_worker_died_names_the_worker_and_the_exit():
     (dict(shutdown_timeout=None), "shutdown_timeout must be a number of "
                                   "seconds of at least 0, got None"),
     (dict(timeout=float("nan")), "timeout must be None or a number"),
+    (dict(timeout=float("inf")), r"timeout must be a finite number of "
+                                 r"seconds, got inf \(None drops"),
+    (dict(shutdown_timeout=float("inf")), "shutdown_timeout must be a "
+                                          "finite number"),
 ])
 def test_check_timeouts(kwargs, match):
     from rlplay.engine.utils import check_timeouts

@@ -776,7 +776,8 @@ def _step_envs(live, acts, t, step, pass_):
         except (TypeError, ValueError):
             _envs.check_step(env, result)  # raises a clear TypeError
             raise
-        ep_return[j] += float(rew)
+        rew = rew if type(rew) is float else _envs.reward(rew, j, t)
+        ep_return[j] += rew
         rew_next[j] = rew
         if keys:
             _write_env_info(keys, info, env_info, env_mask, j)
@@ -1022,6 +1023,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
             if not active[j]:
                 continue
             obs, rew, terminated, truncated, _ = env.step(acts[j])
+            rew = rew if type(rew) is float else _envs.reward(rew, j, t)
             running[j] += (rew, 1)
             npy.rew[j] = rew
             done = terminated or truncated or (

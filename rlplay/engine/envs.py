@@ -33,6 +33,7 @@ __all__ = [
     "make_envs",
     "info_example",
     "close_envs",
+    "reward",
 ]
 
 
@@ -328,6 +329,28 @@ def check_step(env, result):
                         f"Gymnasium 1.x, got {type(result).__name__} of "
                         f"length {len(result) if isinstance(result, tuple) else '?'}")
     return result
+
+
+def reward(value, j, t):
+    """``value``, the reward env ``j`` returned at step ``t``, as a Python
+    float: a real number (Python's or numpy's, a 0-d or one-element numeric
+    array too).
+
+    Raises
+    ------
+    TypeError
+        Anything else (a string, ``None``, an array of several values),
+        naming the env column and the step.
+    """
+    if type(value) is float:
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, np.ndarray):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.size == 1 \
+            and value.dtype.kind in "biuf":
+        return float(value.reshape(()))
+    raise TypeError(f"env {j} step {t}: the reward must be a real number, "
+                    f"got {type(value).__name__} {value!r}")
 
 
 def info_example(spec):

@@ -19,6 +19,7 @@ running out, which leaves the request outstanding, as
 :meth:`concurrent.futures.Future.result` does.
 """
 import enum
+import math
 import numbers
 import time
 
@@ -218,10 +219,11 @@ def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
         raise ValueError(f"check_spaces must be one of {CHECK_SPACES}, got "
                          f"{check_spaces!r}")
     check_count("restarts", restarts, 0)
+    # a replacement due at infinity would leave next() waiting for good
     if isinstance(restart_delay, bool) or not isinstance(
-            restart_delay, numbers.Real) or not restart_delay >= 0:
-        raise ValueError(f"restart_delay must be a number of seconds of at "
-                         f"least 0, got {restart_delay!r}")
+            restart_delay, numbers.Real) or not 0 <= restart_delay < math.inf:
+        raise ValueError(f"restart_delay must be a finite number of seconds "
+                         f"of at least 0, got {restart_delay!r}")
 
 
 def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,

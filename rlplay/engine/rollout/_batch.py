@@ -55,11 +55,17 @@ class ReadyQueue:
             for key, value in new_account().items():
                 account.setdefault(key, value)
         self.queue = deque()
+        self._last = {}  # the seq of each worker's last arrival
 
     def __len__(self):
         return len(self.queue)
 
     def push(self, arrival):
+        """Queue ``arrival``; a worker's arrivals come in ``seq`` order
+        (the protocols see to it: a pipe, or Ray calls taken in order)."""
+        last = self._last.get(arrival.worker, -1)
+        assert arrival.seq > last, (arrival, last)
+        self._last[arrival.worker] = arrival.seq
         self.queue.append(arrival)
         self.accounts[arrival.worker]["received"] += 1
 

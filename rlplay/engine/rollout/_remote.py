@@ -17,8 +17,9 @@ import):
 
   - **start** worker ``w`` (generation ``g``): create its Ray actor (the
     protocol's options, never Ray's own restarts) and call ``start()``;
-  - **pump**: one ``ray.wait`` on every pending call of every worker, in
-    the order they were made; results go to the protocol, a
+  - **pump**: one ``ray.wait`` on the oldest pending call of every
+    worker; the results of each worker's calls go to the protocol in the
+    order of its calls (Ray may show a later one first), a
     :class:`~._collector.Failed` or a Ray error of the call (the actor or
     its node died: :class:`~rlplay.engine.errors.WorkerDied` naming the
     worker, its pid and its node) is a failure;
@@ -286,14 +287,26 @@ class RemoteSupervisor(RestartPolicy):
             until = max(0.0, min(due) - time.monotonic())
             timeout = until if timeout is None else min(timeout, until)
         refs = list(self.pending)
+        # a worker runs its calls in order, but Ray may show their results
+        # out of order (each reply travels on its own): wait on each
+        # worker's oldest call only, and take a worker's results in the
+        # order of its calls, up to the first one not seen yet
+        heads = list({call[0].index: ref for ref, call
+                      in reversed(self.pending.items())}.values())
         if not refs:
             time.sleep(timeout or 0.0)
-        elif ray.wait(refs, num_returns=1, timeout=timeout)[0]:
+        elif ray.wait(heads, num_returns=1, timeout=timeout)[0]:
             done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            behind = set()  # workers with an earlier call not seen yet
             for ref in refs:
-                if ref in done and ref in self.pending:  # not retired
-                    news += 1
-                    self._receive(ref, *self.pending.pop(ref), what)
+                if ref not in self.pending:  # retired meanwhile
+                    continue
+                member = self.pending[ref][0]
+                if member.index in behind or ref not in done:
+                    behind.add(member.index)
+                    continue
+                news += 1
+                self._receive(ref, *self.pending.pop(ref), what)
         return news + self._start_due()
 
     def _receive(self, ref, member, method, what):

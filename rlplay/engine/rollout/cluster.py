@@ -47,6 +47,12 @@ Timeline (``k`` counts batches, ``v_k`` is the version published by
                kill the actors (shut Ray         close the envs
                down if rlplay started it)
 
+Order: a worker runs its requests in order, but Ray may show the learner
+their results out of order (each reply travels on its own); the learner
+takes a worker's results in the order of its requests
+(:meth:`~._remote.RemoteSupervisor.pump`), so its fragments reach the
+batches in ``meta.seq`` order, as in :mod:`.multi`.
+
 A new request goes to the worker that holds the fewest (the one whose
 fragment was taken, on a tie): a fast worker collects more, a slow one
 keeps its requests, and fragments are taken in the order they arrived.

@@ -44,6 +44,12 @@ fragment (``v_k`` minus its version) counts the batches published while it
 was collected and while it waited for the learner, behind at most
 ``n_buffers - 1`` others; ``max_lag`` bounds it by dropping older ones.
 
+Order: a worker sends its ``Ready`` reports down its pipe in the order it
+filled the buffers, and the learner takes arrivals in the order they came,
+so a worker's fragments reach the learner in ``meta.seq`` order, across
+batches and slot by slot within one; a stale fragment dropped by
+``max_lag`` leaves its number out.
+
 Progress rule: ``n_buffers >= n_per_batch``. The learner copies the
 fragments into its own batch and hands their buffers back *before* it
 yields, so it never holds a buffer while the caller trains: with at least

@@ -18,6 +18,7 @@
 """
 import contextlib
 import ctypes
+import math
 import multiprocessing
 import numbers
 import os
@@ -220,8 +221,10 @@ def ignore_interrupts():
 def check_timeouts(**timeouts):
     """Validate timeout arguments given by name, up front.
 
-    ``shutdown_timeout`` must be a number of seconds of at least 0; any
-    other (``timeout``, ``start_timeout``) may also be ``None``.
+    ``shutdown_timeout`` must be a finite number of seconds of at least
+    0; any other (``timeout``, ``start_timeout``) may also be ``None``,
+    which drops the deadline (an infinite number would make every wait
+    unbounded in another way, and some waits cannot take it).
 
     Raises
     ------
@@ -237,6 +240,11 @@ def check_timeouts(**timeouts):
                 else "None or a number of seconds"
             raise ValueError(f"{name} must be {kind} of at least 0, got "
                              f"{value!r}")
+        if value == math.inf:
+            raise ValueError(
+                f"{name} must be a finite number of seconds, got inf" + (
+                    "" if name == "shutdown_timeout"
+                    else " (None drops the deadline)"))
 
 
 def first_timeout(timeout, start_timeout):
