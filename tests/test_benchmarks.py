@@ -54,7 +54,9 @@ def test_throughput_prints_floors_ceilings_and_ratios():
     hand, same = rows["cartpole/hand"], rows["cartpole/same.rollout"]
     assert hand["ratio"] == 1.0 and same["ratio_same"] == 1.0
     for row in (hand, same):
-        assert row["ceiling"] == "1x8" and 0 < row["pct_ceiling"] <= 100
+        # a percentage of a ceiling measured in the same round, not bounded
+        # by 100: on a busy machine the floors may be timed at a slow moment
+        assert row["ceiling"] == "1x8" and row["pct_ceiling"] > 0
         assert row["efficiency"] is None and row["learner_cpu"] > 0
 
 

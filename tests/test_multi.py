@@ -21,7 +21,7 @@ from rlplay.engine.envs import make_envs
 from rlplay.engine.seeds import env_seed_sequences
 from rlplay.engine.nested import flatten, suply
 from rlplay.engine.rollout import multi, same
-from rlplay.engine.rollout._batch import env_dims
+from rlplay.engine.core import env_axes
 from rlplay.engine import pool
 from rlplay.engine.utils import get_context, preload_forkserver
 
@@ -87,7 +87,7 @@ def assert_fragments_equal(got, want):
 
 def slot(batch, s, B, hx_dim):
     """The fragment in slot ``s`` of a collated batch."""
-    dims = env_dims(hx_dim)
+    dims = env_axes(hx_dim)
     return type(batch)(*[
         suply(lambda x, dim=dim: x.narrow(dim, s * B, B), field)
         for field, dim in zip(batch, dims)])

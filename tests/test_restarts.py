@@ -208,8 +208,8 @@ def reference(worker, generation, seq, count, n_envs=B):
     actor = CountingActor()
     buffer = prepare(envs[0], actor, T, n_envs)
     ctx = startup(envs, actor, buffer, seeds, worker=worker,
-                  env_ids=np.arange(worker * n_envs, (worker + 1) * n_envs))
-    ctx.seq = seq
+                  env_ids=np.arange(worker * n_envs, (worker + 1) * n_envs),
+                  generation=generation, seq=seq)
     fragments = []
     for _ in range(count):
         collect(actor, buffer, ctx)

@@ -82,7 +82,7 @@ def test_closing_and_context_manager():
     feed = same.rollout(Closable, Steady(), 2, 3)
     with closing(feed):
         next(feed)
-    assert Closable.log == feed.envs
+    assert Closable.log == list(feed.envs)
     with pytest.raises(StopIteration):
         next(feed)
     feed.close()  # idempotent
@@ -91,7 +91,7 @@ def test_closing_and_context_manager():
     Closable.log.clear()
     with same.rollout(Closable, Steady(), 2, 2) as feed:
         assert iter(feed) is feed
-    assert Closable.log == feed.envs
+    assert Closable.log == list(feed.envs)
     assert list(feed) == []
 
 

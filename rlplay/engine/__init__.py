@@ -2,8 +2,9 @@
 from .actor import BaseActorModule, PolicyActor, check_actor
 from .errors import (CapacityError, RemoteTraceback, RolloutError,
                      RolloutTimeout, WorkerDied, WorkerError)
-from .core import (Context, Fragment, Meta, State, Stats, collect, episode,
-                   episode_stats, evaluate, prepare, startup)
+from .core import (Context, EpisodeStats, Fragment, Meta, State, acted,
+                   collect, columns, env_axes, episode, episode_stats,
+                   evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
 from .returns import frozen, gae, returns
@@ -13,8 +14,9 @@ __all__ = [
     "BaseActorModule", "PolicyActor", "check_actor",
     "CapacityError", "RemoteTraceback", "RolloutError", "RolloutTimeout",
     "WorkerDied", "WorkerError",
-    "Context", "Fragment", "Meta", "State", "Stats",
-    "collect", "episode", "episode_stats", "evaluate", "prepare", "startup",
+    "Context", "EpisodeStats", "Fragment", "Meta", "State",
+    "acted", "collect", "columns", "env_axes", "episode", "episode_stats",
+    "evaluate", "prepare", "startup",
     "StructureError", "check_structure", "flatten", "getitem", "setitem",
     "suply", "tuply",
     "frozen", "gae", "returns",

@@ -1,10 +1,17 @@
-"""Core loops: the only code that calls ``env.step`` and ``actor.step``.
+"""Core loops and the layout of a fragment: the only code that calls
+``actor.step``, and that steps envs (through the env adapter's
+:class:`~rlplay.engine.envs.EnvBatch`, the only code that calls
+``env.step``).
 
 :func:`prepare` allocates a fragment buffer, :func:`startup` resets the envs
 and returns the :class:`Context` of an ongoing collection, :func:`collect`
 fills a buffer with the next fragment in place, and :func:`evaluate` plays
 whole episodes. Every generator in :mod:`rlplay.engine.rollout` is a thin
-driver around these.
+driver around these. The facts of the layout are defined here once:
+which axis of each field is the env axis (:func:`env_axes`), selecting
+env columns (:func:`columns`), and which rows an executed action led to
+(:func:`acted`, which :func:`episode_stats` and the masks of
+:mod:`rlplay.engine.returns` follow).
 
 The layout of a fragment of ``T = n_steps`` steps of ``B`` envs
 (time-major; row ``t`` of ``state`` holds ``x_t`` and what led to it):
@@ -41,10 +48,23 @@ field                    shape            row ``t`` holds
                                           ``t``: its return, else 0
 ``stats.length``         (1 + T, B) int64 where an episode ended at row
                                           ``t``: its length, else 0
-``meta.version`` etc.    (B,) int64       parameter version, worker, global
-                                          env index and sequence number of
-                                          the fragment per env column
+``meta.version``         (B,) int64       the parameter version that
+                                          collected the fragment
+``meta.worker``          (B,) int64       the worker that collected it
+``meta.env``             (B,) int64       the global index of the env
+                                          column
+``meta.seq``             (B,) int64       the worker's fragment number:
+                                          0, 1, 2, ... (a replacement goes
+                                          on from the last one received)
+``meta.generation``      (B,) int64       0 for a worker's first envs,
+                                          raised whenever its envs start
+                                          again from resets (a restart)
 =======================  ===============  ===================================
+
+Every generator delivers a worker's fragments in ``meta.seq`` order; row 0
+of a fragment continues row ``T`` of the worker's previous one unless
+``meta.generation`` changed (the new generation's row 0 is a reset) or a
+number is missing (a fragment dropped by ``max_lag``).
 
 Row ``T`` of one fragment equals row 0 of the next one from the same envs
 (``actor`` excepted: row 0 comes from the real step, row ``T`` from the
@@ -55,9 +75,8 @@ is valid; ``start`` for ``Discrete(n, start=1)``, ``low`` for ``Box(1,
 2)``; see :func:`rlplay.engine.envs.space_placeholder`). Episode statistics
 count rows ``1..T`` only (row 0 repeats the previous fragment's row ``T``).
 
-The env gets its own copy of each action (a numpy scalar, or a view of a
-fresh copy of the step's action row): an env that edits or keeps its
-action never changes ``state.act``.
+The env gets its own copy of each action (see :mod:`rlplay.engine.envs`):
+an env that edits or keeps its action never changes ``state.act``.
 
 Space checks (``check_spaces``, see :func:`collect`): the actor's actions
 are checked against the action space before the envs get them, and the
@@ -92,17 +111,22 @@ import torch
 
 from . import envs as _envs
 from .actor import check_actor
-from .seeds import reset_seed, seed_sequence
+from .envs import RowOut, as_batch
+from .seeds import seed_sequence
 from .nested import (StructureError, check_structure, flatten, getitem,
                      suply)
 from .shared import Aliased, aliased, copy_, torchify
 
 __all__ = [
     "check_count",
+    "check_spaces_mode",
     "State",
     "Fragment",
-    "Stats",
+    "EpisodeStats",
     "Meta",
+    "env_axes",
+    "columns",
+    "acted",
     "Context",
     "prepare",
     "startup",
@@ -119,8 +143,8 @@ CHECK_SPACES = ("first", "always", "never")
 _CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
 State = namedtuple("State", "stepno obs act rew fin")
-Stats = namedtuple("Stats", "ret length")
-Meta = namedtuple("Meta", "version worker env seq")
+EpisodeStats = namedtuple("EpisodeStats", "ret length")
+Meta = namedtuple("Meta", "version worker env seq generation")
 Fragment = namedtuple(
     "Fragment", "state truncated final actor env env_mask hx stats meta")
 Fragment.__doc__ = """A fragment of ``T`` steps of ``B`` envs; see :mod:`rlplay.engine.core`."""
@@ -149,16 +173,72 @@ def _check_counts(n_steps, n_envs):
     check_count("n_envs", n_envs)
 
 
-def _check_spaces_mode(check_spaces):
+def check_spaces_mode(check_spaces):
+    """Check a ``check_spaces=`` argument (one of :data:`CHECK_SPACES`);
+    returns it.
+
+    Raises
+    ------
+    ValueError
+        Naming what was given.
+    """
     if not isinstance(check_spaces, str) or check_spaces not in CHECK_SPACES:
         raise ValueError(f"check_spaces must be one of 'first', 'always' "
                          f"or 'never', got {check_spaces!r}")
     return check_spaces
 
 
+def env_axes(hx_dim=1):
+    """The env axis of each field of a fragment, as a :class:`Fragment` of
+    ints: 1 for the time-major fields, ``hx_dim`` (the actor's) for
+    ``hx``, 0 for ``meta``."""
+    return Fragment(state=1, truncated=1, final=1, actor=1, env=1,
+                    env_mask=1, hx=hx_dim, stats=1, meta=0)
+
+
+def columns(fragment, index, hx_dim=1):
+    """The env columns ``index`` (a slice, or an int array or list) of a
+    fragment (numpy or torch; views for a slice), every field along its
+    env axis (:func:`env_axes`).
+    """
+    def select(leaf, axis):
+        return leaf[(slice(None),) * axis + (index,)]
+
+    return Fragment(*[None if field is None else suply(
+        lambda leaf, axis=axis: select(leaf, axis), field)
+        for field, axis in zip(fragment, env_axes(hx_dim))])
+
+
+def acted(fragment):
+    """The rows of a fragment that an executed action led to.
+
+    Rows ``1 .. T`` but the frozen rows of a sticky fragment (those after
+    an env's episode ended: ``fin`` set with no episode statistics, see
+    the module docstring); row 0 repeats the previous fragment's row ``T``
+    and is never counted. Episode statistics, and the masks of
+    :func:`rlplay.engine.returns.returns` and
+    :func:`~rlplay.engine.returns.gae` (``mask=~acted(fragment)``), follow
+    it.
+
+    Parameters
+    ----------
+    fragment : Fragment
+        numpy or torch views (any number of env columns).
+
+    Returns
+    -------
+    mask : bool array or tensor (as ``fragment``), shape = (1 + T, B)
+    """
+    fin, length = fragment.state.fin, fragment.stats.length
+    mask = ~(fin & (length == 0))
+    mask[0] = False
+    return mask
+
+
 def _state_example(env):
-    """One row laid out for ``env``: placeholders (valid elements) of its
-    spaces, so that the actor's probe sees valid values."""
+    """One row laid out for ``env`` (an env or an env batch: only its
+    spaces are used): placeholders (valid elements) of its spaces, so that
+    the actor's probe sees valid values."""
     return State(stepno=np.zeros((), np.int64),
                  obs=_envs.space_placeholder(env.observation_space),
                  act=_envs.space_placeholder(env.action_space),
@@ -258,8 +338,8 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
 
     Parameters
     ----------
-    env : gymnasium.Env
-        Any one of the envs (only its spaces are used).
+    env : gymnasium.Env or EnvBatch
+        Any one of the envs, or the env batch (only the spaces are used).
     actor : BaseActorModule
     n_steps, n_envs : int
         ``T`` and ``B``, at least 1.
@@ -307,9 +387,10 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
         env_mask=alloc({k: np.zeros((), bool) for k in info_ex},
                        n_steps, n_envs),
         hx=alloc(hx0),
-        stats=alloc(Stats(np.zeros((), np.float64), np.zeros((), np.int64)),
-                    T1, n_envs),
-        meta=alloc(Meta(*[np.zeros((), np.int64)] * 4), n_envs),
+        stats=alloc(EpisodeStats(np.zeros((), np.float64),
+                                 np.zeros((), np.int64)), T1, n_envs),
+        meta=alloc(Meta(*[np.zeros((), np.int64)] * len(Meta._fields)),
+                   n_envs),
     )
     return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
 
@@ -320,12 +401,20 @@ def _row_fields(fragment, t):
             getitem(fragment.final, t), getitem(fragment.stats, t))
 
 
+_Step = namedtuple("_Step", "actor_in act_out info_out row row_next out "
+                            "ret length")
+_Step.__doc__ = """What step ``t`` of a fragment reads and writes: the
+actor's input (torch row ``t``) and where its action and info go (torch),
+the numpy state rows ``t`` and ``t + 1``, the :class:`RowOut` the env batch
+writes, and the episode statistics of row ``t + 1``."""
+
+
 class _Views:
     """Per-row views of one buffer, made once so the loop only indexes."""
 
     def __init__(self, buffer):
         npy, pyt = buffer
-        T1 = npy.state.fin.shape[0]
+        T1, B = npy.state.fin.shape
         self.buffer = buffer
         rows = [getitem(pyt.state, slice(t, t + 1)) for t in range(T1)]
         self.rows = rows
@@ -334,13 +423,18 @@ class _Views:
         final = [getitem(npy.final, t) for t in range(T1)]
         self.state, self.final = state, final
         self.ramp = np.arange(T1, dtype=np.int64)
-        # what step t reads and writes, in one tuple per step: the loop
-        # unpacks it instead of indexing a dozen lists
+        # the rewards of a step as the envs gave them (float64): the
+        # returns add them up exactly, the fragment records them as float32
+        self.rew = np.zeros(B, np.float64)
         self.steps = [
-            (rows[t], rows[t + 1].act, self.actor[t], state[t],
-             state[t + 1], npy.truncated[t + 1], final[t + 1],
-             npy.stats.ret[t + 1], npy.stats.length[t + 1],
-             getitem(npy.env, t), getitem(npy.env_mask, t))
+            _Step(actor_in=rows[t], act_out=rows[t + 1].act,
+                  info_out=self.actor[t], row=state[t], row_next=state[t + 1],
+                  out=RowOut(t=t, obs=state[t + 1].obs, rew=self.rew,
+                             fin=state[t + 1].fin,
+                             truncated=npy.truncated[t + 1],
+                             final=final[t + 1], info=getitem(npy.env, t),
+                             info_mask=getitem(npy.env_mask, t)),
+                  ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1])
             for t in range(T1 - 1)]
         # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
         # scratch with views of it shaped to broadcast against every obs
@@ -349,50 +443,10 @@ class _Views:
         self.obs_final = [(obs_leaf[1:], final_leaf[1:])
                           for obs_leaf, final_leaf in zip(
                               flatten(npy.state.obs), flatten(npy.final))]
-        self.not_fin = np.empty((T1 - 1, npy.state.fin.shape[1]), bool)
+        self.not_fin = np.empty((T1 - 1, B), bool)
         self.not_fin_like = [
             self.not_fin.reshape(*self.not_fin.shape, *[1] * (leaf.ndim - 2))
             for leaf in flatten(npy.state.obs)]
-        # the shape of a single-array observation of one env, for the
-        # inlined write in the loop (None for nested observations)
-        obs = npy.state.obs
-        self.obs_shape = obs.shape[2:] if isinstance(obs, np.ndarray) \
-            else None
-        # do integer observation leaves need the cast check of _check_cast?
-        self.obs_integral = any(leaf.dtype.kind in "biu"
-                                for leaf in flatten(obs))
-        # how the env gets its action (see _env_actions)
-        self.act_kind = _act_kind(npy.state.act, 2)
-
-
-# how _env_actions hands one env its action: items of a (B,) row are numpy
-# scalars, copies already; a (B, ...) row is copied once per step and each
-# env gets a view of that fresh copy; a nested row is walked
-_ACT_SCALARS, _ACT_ARRAYS, _ACT_NESTED = range(3)
-
-
-def _act_kind(act, n_leading):
-    """The ``_ACT_*`` kind of actions laid out as ``act``, whose leaves have
-    ``n_leading`` dimensions before the action space's shape."""
-    if not isinstance(act, np.ndarray):
-        return _ACT_NESTED
-    return _ACT_SCALARS if act.ndim == n_leading else _ACT_ARRAYS
-
-
-def _env_actions(act_row, kind, n_envs):
-    """Per-env actions (``[j]``) that are not views of the buffer row, so
-    that an env that edits its action in place (``np.clip(a, -1, 1,
-    out=a)``) or keeps it does not change what was recorded."""
-    if kind == _ACT_SCALARS:
-        return act_row
-    if kind == _ACT_ARRAYS:
-        return act_row.copy()
-    fresh = suply(_fresh_rows, act_row)
-    return [getitem(fresh, j) for j in range(n_envs)]
-
-
-def _fresh_rows(leaf):
-    return leaf if leaf.ndim == 1 else leaf.copy()
 
 
 def _copier(dst):
@@ -437,6 +491,7 @@ class _SpaceChecks:
     """The space checkers of one env's spaces (see :func:`collect`)."""
 
     def __init__(self, env):
+        # ``env``: an env or an env batch (only its spaces are used)
         self.act = _envs.space_checker(
             env.action_space, "the actor's action", "the action space",
             box_bounds=False)
@@ -463,37 +518,9 @@ class _SpaceChecks:
             raise ValueError(f"{label(j)}: {message}{_CHECK_HINT}")
 
 
-def _cast_problem(tree, j, obs):
-    """What recording ``obs`` in row ``j`` of ``tree`` lost, or ``None``:
-    an integer or bool leaf that does not hold the value given (2.7 in an
-    int64 leaf records 2, -1 in a uint8 one 255)."""
-    problems = []
-
-    def check(leaf, value):
-        if leaf.dtype.kind in "biu" and not problems:
-            value, recorded = np.asarray(value), leaf[j]
-            if np.array_equal(recorded, value):
-                return
-            if value.size <= 8:
-                problems.append(
-                    f"the observation {_envs._format_value(value)} does not "
-                    f"fit its space's dtype {leaf.dtype} (recorded as "
-                    f"{_envs._format_value(recorded)})")
-            else:  # the first element that changed
-                index = tuple(np.argwhere(recorded != value)[0].tolist())
-                problems.append(
-                    f"the observation holds {value[index].item()!r} at "
-                    f"{list(index)}, which its space's dtype {leaf.dtype} "
-                    f"records as {recorded[index].item()!r}")
-
-    suply(check, tree, obs)
-    return problems[0] if problems else None
-
-
-def _check_cast(tree, j, obs, label):
-    problem = _cast_problem(tree, j, obs)
-    if problem is not None:
-        raise ValueError(f"{label}: {problem}{_CHECK_HINT}")
+def _raise_cast(label, problem):
+    # an observation that recording changed (see envs.cast_problem)
+    raise ValueError(f"{label}: {problem}{_CHECK_HINT}")
 
 
 class Context:
@@ -501,18 +528,19 @@ class Context:
 
     Attributes
     ----------
-    envs : list of gymnasium.Env
+    envs : EnvBatch
     last : tuple
         Row ``T`` of the last fragment (``state``, ``truncated``, ``final``,
         ``stats``), numpy arrays of shape ``(B, ...)``.
     hx : nested tensors
         The actor's state for ``last``.
     ep_return, ep_length : ndarray, shape = (B,)
-        The running return and length of each env's current episode.
+        The running return (float64) and length of each env's current
+        episode.
     seq : int
-        Fragments collected so far.
-    worker : int
-        Worker index recorded in ``meta.worker``.
+        The ``meta.seq`` of the next fragment.
+    worker, generation : int
+        Recorded in ``meta.worker`` and ``meta.generation``.
     env_ids : ndarray, shape = (B,)
         Global env indices recorded in ``meta.env``.
     spaces_checked : bool
@@ -520,18 +548,18 @@ class Context:
         ``check_spaces='first'`` checks no more).
     """
 
-    def __init__(self, envs, buffer, worker=0, env_ids=None):
+    def __init__(self, envs, buffer, worker=0, env_ids=None, generation=0,
+                 seq=0):
         npy = buffer.npy
         self.envs = envs
+        B = envs.n_envs
         self.last = suply(lambda a: np.zeros_like(a), _row_fields(npy, 0))
         self.hx = None
-        self.ep_return = np.zeros(len(envs), np.float64)
-        self.ep_length = np.zeros(len(envs), np.int64)
-        self.seq = 0
-        self.worker = worker
-        self.env_ids = (np.arange(len(envs)) if env_ids is None
+        self.ep_return = np.zeros(B, np.float64)
+        self.ep_length = np.zeros(B, np.int64)
+        self.seq, self.worker, self.generation = seq, worker, generation
+        self.env_ids = (np.arange(B) if env_ids is None
                         else np.asarray(env_ids, np.int64))
-        self.env_keys = tuple(npy.env_mask)
         self.spaces_checked = False
         # `last` holds the reset observations (row 0 of the first fragment)
         # and what recording them lost, for the first checked fragment
@@ -547,43 +575,12 @@ class Context:
 
     def space_checks(self):
         if self._checks is None:
-            self._checks = _SpaceChecks(self.envs[0])
+            self._checks = _SpaceChecks(self.envs)
         return self._checks
 
 
-def _write_obs(tree, j, value, what):
-    """``tree[j] = value`` leaf by leaf, checking structure and shape; the
-    messages name env ``j`` and ``what`` returned ``value``."""
-    try:
-        suply(_write_leaf_obs, tree, value, j=j, what=what)
-    except (StructureError, TypeError) as exc:
-        raise type(exc)(f"env {j} {what}: the observation does not match "
-                        f"the observation space: {exc}") from None
-
-
-def _write_leaf_obs(leaf, obs, j, what):
-    _write_array_obs(leaf, j, obs, what)
-
-
-def _write_array_obs(leaf, j, obs, what):
-    # _write_obs for a single-array observation, without the walk
-    if type(obs) is not np.ndarray:
-        obs = np.asarray(obs)
-    if obs.shape != leaf.shape[1:]:
-        raise ValueError(f"env {j} {what}: the observation has shape "
-                         f"{obs.shape}, its space says {leaf.shape[1:]}")
-    leaf[j] = obs
-
-
-def _obs_writer(obs_tree):
-    """``write(tree, j, obs, what)`` for trees laid out as ``obs_tree``."""
-    if isinstance(obs_tree, np.ndarray):
-        return _write_array_obs
-    return _write_obs
-
-
 def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
-            env_ids=None):
+            env_ids=None, generation=0, seq=0):
     """Reset the envs and return the :class:`Context` of a collection.
 
     Row 0 of the first fragment (``ctx.last``) gets the reset observations,
@@ -593,17 +590,19 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
 
     Parameters
     ----------
-    envs : list of gymnasium.Env
-        ``B`` envs laid out as ``buffer``.
+    envs : EnvBatch or list of gymnasium.Env
+        ``B`` env columns laid out as ``buffer``.
     actor : BaseActorModule
     buffer : Aliased
         From :func:`prepare`.
     seed_sequences : list of numpy.random.SeedSequence, optional
         One per env: each is reset with ``seed=`` drawn from its sequence.
-    worker : int
-        Recorded in ``meta.worker``.
+    worker, generation : int
+        Recorded in ``meta.worker`` and ``meta.generation``.
     env_ids : array of int, optional
         Global env indices recorded in ``meta.env`` (``0..B-1`` by default).
+    seq : int
+        The ``meta.seq`` of the first fragment.
 
     Raises
     ------
@@ -614,24 +613,21 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
         As many envs as the buffer has columns are needed.
     """
     check_actor(actor)
-    if len(envs) != buffer.npy.state.fin.shape[1]:
-        raise ValueError(f"{len(envs)} envs for a buffer of "
+    envs = as_batch(envs)
+    if envs.n_envs != buffer.npy.state.fin.shape[1]:
+        raise ValueError(f"{envs.n_envs} envs for a buffer of "
                          f"{buffer.npy.state.fin.shape[1]}")
-    ctx = Context(envs, buffer, worker, env_ids)
+    ctx = Context(envs, buffer, worker, env_ids, generation, seq)
     state, truncated, final, stats = ctx.last
-    write = _obs_writer(state.obs)
-    for j, env in enumerate(envs):
-        seed = reset_seed(None if seed_sequences is None
-                          else seed_sequences[j])
-        obs, _ = _envs.reset(env, seed=seed)
-        write(state.obs, j, obs, "reset()")
+
+    def first_problem(label, problem):
         if ctx._reset_problem is None:
-            problem = _cast_problem(state.obs, j, obs)
-            if problem is not None:
-                ctx._reset_problem = f"env {j} reset(): {problem}"
+            ctx._reset_problem = f"{label}: {problem}"
+
+    envs.reset(state.obs, seed_sequences, on_cast=first_problem)
     ctx._fresh = True
     suply(np.copyto, state.act,
-          _envs.space_placeholder(envs[0].action_space))
+          _envs.space_placeholder(envs.action_space))
     state.fin[:] = True
     if final is not None:
         suply(np.copyto, final, state.obs)
@@ -660,7 +656,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     sticky : bool
         Stop stepping an env for the rest of the fragment once its episode
         ended (see the module docstring for what the frozen rows hold, and
-        :func:`rlplay.engine.returns.frozen` to mask them).
+        :func:`acted` to leave them out).
     version : int
         The parameter version recorded in ``meta.version``.
     check_spaces : {'first', 'always', 'never'}
@@ -668,7 +664,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         (see the module docstring): ``'first'``, every step of the first
         fragment collected with ``ctx`` (with the reset observations of
         :func:`startup` in its row 0); ``'always'``, every step of every
-        fragment; ``'never'``. The spaces are those of ``ctx.envs[0]``.
+        fragment; ``'never'``.
 
     Returns
     -------
@@ -681,128 +677,82 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         A bad ``check_spaces``; an action or observation outside its space
         (the message names the env column ``j`` and the step ``t``).
     TypeError, ValueError, StructureError
-        An action, ``hx``, ``info`` or observation that does not fit the
-        buffer's layout.
+        An action, ``hx``, ``info``, observation or reward that does not
+        fit the buffer's layout.
     """
-    mode = _check_spaces_mode(check_spaces)
+    mode = check_spaces_mode(check_spaces)
     checking = mode == "always" or (mode == "first"
                                     and not ctx.spaces_checked)
     npy, pyt = buffer
     views = ctx.views(buffer)
     envs, T = ctx.envs, len(views.steps)
-    n_envs = len(envs)
+    n_envs = envs.n_envs
     _begin_fragment(npy, ctx)
     hx = ctx.hx
     copy_(pyt.hx, hx)
-    write_obs = _obs_writer(npy.state.obs)
-    act_kind = views.act_kind
-    has_final = npy.final is not None
-    keys = ctx.env_keys
-    # per-env running returns as Python numbers (cheaper to update than
-    # numpy scalars), written back to `ctx` at the end
-    ep_return = ctx.ep_return.tolist()
-    # the (j, env) stepped in this fragment, and the columns frozen (sticky)
-    live, frozen = list(enumerate(envs)), []
+    ep_return, rew = ctx.ep_return, views.rew
+    # the columns stepped in this fragment (None: all), and those frozen
+    # (sticky)
+    live, frozen = None, []
     fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
-    checks, obs_shape = _begin_checks(ctx, views) if checking \
-        else (None, views.obs_shape)
+    checks = _begin_checks(ctx, views) if checking else None
+    on_cast = _raise_cast if checking else None
     # the step counts of episodes that go on, for the whole fragment at
-    # once; the loop rewrites an env's column from where its episode ends
+    # once; an env's column is rewritten from where its episode ends
     stepno, ramp = npy.state.stepno, views.ramp
     np.add(stepno[0], ramp[:, None], out=stepno)
-    pass_ = _Pass(T, ep_return, keys, has_final, write_obs, checks,
-                  obs_shape, stepno, ramp)
     # a feed-forward actor's hx is (): nothing to reset
     stateless = type(hx) is tuple and not hx
 
     for t in range(T):
         step = views.steps[t]
-        row_pyt, act_dst, info_dst, row, row_next, _, final_next, *_ = step
-        act, hx_next, info = actor.step(*row_pyt, hx=hx, virtual=False)
+        row_next = step.row_next
+        act, hx_next, info = actor.step(*step.actor_in, hx=hx, virtual=False)
         if t == 0:
-            _check_real_call(act, act_dst, hx_next, hx, info, n_envs)
-        copy_info(info_dst, info)
-        copy_act(act_dst, act)
-        act_next, fin_next = row_next.act, row_next.fin
+            _check_real_call(act, step.act_out, hx_next, hx, info, n_envs)
+        copy_info(step.info_out, info)
+        copy_act(step.act_out, act)
         if checking:
-            checks.action(act_next, t)
-        acts = act_next if act_kind == _ACT_SCALARS else _env_actions(
-            act_next, act_kind, n_envs)
+            checks.action(row_next.act, t)
         for j in frozen:
-            _freeze(row, row_next, views.final[t], final_next, j)
-        ended = _step_envs(live, acts, t, step, pass_) or bool(frozen)
+            _freeze(step.row, row_next, views.final[t], step.out.final, j)
+        ended = envs.step(row_next.act, step.out, live, on_cast=on_cast)
+        np.copyto(row_next.rew, rew)
+        ep_return += rew
+        if ended:
+            _end_episodes(ended, step, ep_return, stepno, ramp, t)
+            if checking and step.out.final is not None:
+                checks.observation(getitem(step.out.final, ended),
+                                   _final_label(t), ended)
         if checking:
-            checks.observation(row_next.obs, _step_label(t, fin_next))
-        if sticky and ended:  # every env whose episode ended is frozen
-            live = [(j, env) for j, env in live if not fin_next[j]]
-            frozen = np.flatnonzero(fin_next).tolist()
+            checks.observation(row_next.obs, _step_label(t, row_next.fin))
         hx = hx_next
-        if ended and not stateless:
-            np.copyto(fin_np, fin_next)
-            hx = actor.reset(hx, fin_at.clone())
+        if ended or frozen:
+            if sticky:  # every env whose episode ended is frozen
+                frozen = np.flatnonzero(row_next.fin).tolist()
+                live = np.flatnonzero(~row_next.fin).tolist()
+                rew[frozen] = 0.0
+            if not stateless:
+                np.copyto(fin_np, row_next.fin)
+                hx = actor.reset(hx, fin_at.clone())
 
     _end_fragment(actor, npy, views, ctx, hx, version)
-    ctx.ep_return[:] = ep_return
     if checking:
         ctx.spaces_checked = True
     return buffer
 
 
-class _Pass:
-    """What the env loop of one fragment needs besides the step's views."""
-    __slots__ = ("T", "ep_return", "keys", "has_final", "write_obs",
-                 "checks", "obs_shape", "stepno", "ramp")
-
-    def __init__(self, *values):
-        for name, value in zip(self.__slots__, values):
-            setattr(self, name, value)
-
-
-def _step_envs(live, acts, t, step, pass_):
-    """Step every live env once (step ``t`` of the fragment), writing row
-    ``t + 1``; returns whether an episode ended."""
-    (_, _, _, row, row_next, truncated_next, final_next, ret_next,
-     length_next, env_info, env_mask) = step
-    obs_next, rew_next, fin_next = row_next.obs, row_next.rew, row_next.fin
-    ep_return, keys, checks = pass_.ep_return, pass_.keys, pass_.checks
-    write_obs, obs_shape = pass_.write_obs, pass_.obs_shape
-    ended = False
-    for j, env in live:
-        result = env.step(acts[j])
-        try:
-            obs, rew, terminated, truncated, info = result
-        except (TypeError, ValueError):
-            _envs.check_step(env, result)  # raises a clear TypeError
-            raise
-        rew = rew if type(rew) is float else _envs.reward(rew, j, t)
-        ep_return[j] += rew
-        rew_next[j] = rew
-        if keys:
-            _write_env_info(keys, info, env_info, env_mask, j)
-        if terminated or truncated:
-            if pass_.has_final:
-                write_obs(final_next, j, obs, "step()")
-                if checks is not None:
-                    _check_final(checks, final_next, j, obs, t)
-            # an episode's length is its step count plus this step
-            ret_next[j], length_next[j] = ep_return[j], row.stepno[j] + 1
-            ep_return[j] = 0.0
-            obs, _ = _envs.reset(env)
-            truncated_next[j] = truncated and not terminated
-            fin_next[j] = True
-            # the new episode's step counts, down the rest of the column
-            pass_.stepno[t + 1:, j] = pass_.ramp[:pass_.T - t]
-            ended = True
-        # the common case inlined: an array of the declared shape
-        if type(obs) is np.ndarray and obs.shape == obs_shape:
-            obs_next[j] = obs
-        else:
-            write_obs(obs_next, j, obs, "step()")
-            if checks is not None:
-                _check_cast(obs_next, j, obs, _step_label(t, fin_next)(j))
-    return ended
+def _end_episodes(ended, step, ep_return, stepno, ramp, t):
+    """Episode statistics of the columns ``ended`` at row ``t + 1``, and
+    their new episodes' step counts down the rest of the fragment."""
+    T = len(ramp) - 1
+    for j in ended:
+        # an episode's length is its step count plus this step
+        step.ret[j], step.length[j] = ep_return[j], step.row.stepno[j] + 1
+        ep_return[j] = 0.0
+        stepno[t + 1:, j] = ramp[:T - t]
 
 
 def _begin_fragment(npy, ctx):
@@ -824,15 +774,14 @@ def _begin_fragment(npy, ctx):
 
 
 def _begin_checks(ctx, views):
-    """The space checks of a fragment that is checked, and the shape of
-    observations written without the checked path (``None`` for integer
-    observations, which take it)."""
+    """The space checks of a fragment that is checked (its row 0 too, when
+    it holds the reset observations)."""
     checks = ctx.space_checks()
     if ctx._fresh:  # row 0 holds the reset observations
         if ctx._reset_problem is not None:
             raise ValueError(ctx._reset_problem + _CHECK_HINT)
         checks.observation(views.state[0].obs, _reset_label)
-    return checks, None if views.obs_integral else views.obs_shape
+    return checks
 
 
 def _check_real_call(act, act_dst, hx_next, hx, info, n_envs):
@@ -841,13 +790,6 @@ def _check_real_call(act, act_dst, hx_next, hx, info, n_envs):
     _check_action(act, act_dst)
     _check_hx(hx_next, hx, "step()", "the hx it was given")
     _check_info(info, n_envs)
-
-
-def _write_env_info(keys, info, env_info, env_mask, j):
-    for key in keys:
-        if key in info:
-            _write_info(env_info[key], j, info[key], key)
-            env_mask[key][j] = True
 
 
 def _end_fragment(actor, npy, views, ctx, hx, version):
@@ -864,10 +806,12 @@ def _end_fragment(actor, npy, views, ctx, hx, version):
             np.copyto(final_leaf, obs_leaf, where=where)
     _, _, info = actor.step(*views.rows[T], hx=hx, virtual=True)
     copy_(views.actor[T], info)
-    npy.meta.version[:] = version
-    npy.meta.worker[:] = ctx.worker
-    npy.meta.env[:] = ctx.env_ids
-    npy.meta.seq[:] = ctx.seq
+    meta = npy.meta
+    meta.version[:] = version
+    meta.worker[:] = ctx.worker
+    meta.env[:] = ctx.env_ids
+    meta.seq[:] = ctx.seq
+    meta.generation[:] = ctx.generation
     ctx.ep_length[:] = npy.state.stepno[T]
     ctx.hx = hx
     ctx.seq += 1
@@ -883,17 +827,12 @@ def _step_label(t, fin_next):
     return label
 
 
-def _check_final(checks, final_next, j, obs, t):
-    """Check the true last observation of env ``j``'s episode, recorded in
-    ``final_next``."""
-    def label(_):
+def _final_label(t):
+    """``label(j)`` of the true last observation of env ``j``'s episode,
+    which ended at step ``t``."""
+    def label(j):
         return f"env {j} step {t}"
-    _check_cast(final_next, j, obs, label(j))
-    checks.observation(getitem(final_next, slice(j, j + 1)), label)
-
-
-def _copy_into(dst, value, *, j):
-    dst[j] = value
+    return label
 
 
 def _copy_at(dst, src, *, j):
@@ -911,17 +850,6 @@ def _freeze(row, row_next, final, final_next, j):
         suply(_copy_at, final_next, final, j=j)
 
 
-def _write_info(leaf_tree, j, value, key):
-    try:
-        if isinstance(leaf_tree, np.ndarray):
-            leaf_tree[j] = value
-        else:
-            suply(_copy_into, leaf_tree, value, j=j)
-    except (StructureError, TypeError, ValueError) as exc:
-        raise type(exc)(f"env info [{key!r}] does not match its spec: "
-                        f"{exc}") from None
-
-
 def episode_stats(fragment):
     """Returns and lengths of the episodes that ended in a fragment.
 
@@ -934,12 +862,13 @@ def episode_stats(fragment):
     -------
     returns : ndarray of float64
     lengths : ndarray of int64
-        One entry per episode that ended at rows ``1..T`` (row 0 repeats the
-        previous fragment and is not counted), in row-major order.
+        One entry per episode that ended at a row an executed action led
+        to (:func:`acted`: rows ``1..T``, row 0 repeating the previous
+        fragment), in row-major order.
     """
     ret, length = fragment.stats
     ret, length = np.asarray(ret[1:]), np.asarray(length[1:])
-    ended = length > 0
+    ended = length > 0  # ends at acted rows: frozen rows have no length
     return ret[ended], length[ended]
 
 
@@ -956,7 +885,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
 
     Parameters
     ----------
-    envs : list of gymnasium.Env
+    envs : EnvBatch or list of gymnasium.Env
     actor : BaseActorModule
     n_episodes : int
     seed_sequences : list of SeedSequence, optional
@@ -981,71 +910,78 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         Not an actor, bad counts, ``max_steps`` or ``check_spaces``; an
         action, ``hx`` or ``info`` that does not fit; an action or
         observation outside its space (naming the env ``j`` and the step
-        ``t``, counted from the start of the call).
+        ``t``, counted from the start of the call); a reward that is not a
+        number.
     """
     check_actor(actor)
-    _check_counts(1, len(envs))
+    envs = as_batch(envs)
+    _check_counts(1, envs.n_envs)
     check_count("n_episodes", n_episodes)
     if max_steps is not None:
         check_count("max_steps", max_steps)
-    mode = _check_spaces_mode(check_spaces)
-    n_envs = len(envs)
+    mode = check_spaces_mode(check_spaces)
+    n_envs = envs.n_envs
     quota = -(-n_episodes // n_envs)
-    example = _state_example(envs[0])
+    example = _state_example(envs)
     state = aliased(example, 1, n_envs)
     row, npy = state.pyt, getitem(state.npy, 0)
-    obs_npy = npy.obs
     suply(np.copyto, npy.act, example.act)  # the placeholder, as startup
-    write = _obs_writer(obs_npy)
-    checks = None if mode == "never" else _SpaceChecks(envs[0])
-    _reset_all(envs, seed_sequences, obs_npy, write, checks)
+    checks = None if mode == "never" else _SpaceChecks(envs)
+    envs.reset(npy.obs, seed_sequences,
+               on_cast=None if checks is None else _raise_cast)
+    if checks is not None:
+        checks.observation(npy.obs, _reset_label)
     npy.fin[:] = True
     hx = _initial_hx(actor, row)
-    results = [[] for _ in envs]
-    running = np.zeros((n_envs, 2))
+    rew = np.zeros(n_envs, np.float64)
+    out = RowOut(t=0, obs=npy.obs, rew=rew, fin=npy.fin, truncated=None,
+                 final=None, info={}, info_mask={})
+    results = [[] for _ in range(n_envs)]
+    ep_return = np.zeros(n_envs, np.float64)
+    ep_length = np.zeros(n_envs, np.int64)
     active = np.ones(n_envs, bool)
-    act_kind = _act_kind(npy.act, 1)
     n_first = 0  # envs that finished their first episode
     t = 0
     while active.any():
         checking = checks is not None and (mode == "always"
                                            or n_first < n_envs)
+        on_cast = _raise_cast if checking else None
         act, hx_next, info = actor.step(*row, hx=hx, virtual=False)
         # every call, before copy_ could broadcast a wrong shape
         _check_real_call(act, row.act, hx_next, hx, info, n_envs)
         hx = hx_next
         copy_(row.act, act)
+        live = np.flatnonzero(active)
         if checking:
-            live = np.flatnonzero(active)
             checks.action(getitem(npy.act, live), t, live)
-        acts = _env_actions(npy.act, act_kind, n_envs)
-        for j, env in enumerate(envs):
-            if not active[j]:
-                continue
-            obs, rew, terminated, truncated, _ = env.step(acts[j])
-            rew = rew if type(rew) is float else _envs.reward(rew, j, t)
-            running[j] += (rew, 1)
-            npy.rew[j] = rew
-            done = terminated or truncated or (
-                max_steps is not None and running[j, 1] >= max_steps)
-            if done:
-                if checking:  # the last observation, never written else
-                    write(obs_npy, j, obs, "step()")
-                    _check_final(checks, obs_npy, j, obs, t)
-                results[j].append(tuple(running[j]))
+        npy.fin[live] = False
+        # the envs are not reset: an env whose quota is played stays as it is
+        ended = envs.step(npy.act, out._replace(t=t), live.tolist(),
+                          autoreset=False, on_cast=on_cast)
+        ep_return[live] += rew[live]
+        ep_length[live] += 1
+        npy.rew[live] = rew[live]
+        if max_steps is not None:
+            ended = sorted(set(ended).union(
+                live[ep_length[live] >= max_steps].tolist()))
+        if ended:
+            if checking:  # their last observations, not reset yet
+                checks.observation(getitem(npy.obs, ended), _final_label(t),
+                                   ended)
+            for j in ended:
+                results[j].append((ep_return[j], ep_length[j]))
                 n_first += len(results[j]) == 1
-                running[j] = 0
+                ep_return[j], ep_length[j] = 0.0, 0
                 active[j] = len(results[j]) < quota
-                if active[j]:
-                    obs, _ = _envs.reset(env)
-            npy.fin[j] = done
-            npy.stepno[j] = 0 if done else npy.stepno[j] + 1
-            write(obs_npy, j, obs, "step()")
-            if checking:
-                _check_cast(obs_npy, j, obs, _step_label(t, npy.fin)(j))
+            again = [j for j in ended if active[j]]
+            if again:
+                envs.reset(npy.obs, at=again, t=t, on_cast=on_cast)
+            npy.fin[ended] = True
+        npy.stepno[live] += 1
+        npy.stepno[ended] = 0
         if checking:
             live = np.flatnonzero(active)
-            checks.observation(getitem(obs_npy, live),
+            checks.observation(getitem(npy.obs, live),
                                _step_label(t, npy.fin), live)
         if npy.fin.any():
             hx = actor.reset(hx, torch.from_numpy(npy.fin.copy()))
@@ -1053,19 +989,6 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     flat = [pair for per_env in results for pair in per_env][:n_episodes]
     returns, lengths = np.array(flat).T
     return returns.astype(np.float64), lengths.astype(np.int64)
-
-
-def _reset_all(envs, seed_sequences, obs_npy, write, checks):
-    """Reset every env into ``obs_npy`` (row 0 of :func:`evaluate`)."""
-    for j, env in enumerate(envs):
-        seed = reset_seed(None if seed_sequences is None
-                          else seed_sequences[j])
-        obs, _ = _envs.reset(env, seed=seed)
-        write(obs_npy, j, obs, "reset()")
-        if checks is not None:
-            _check_cast(obs_npy, j, obs, _reset_label(j))
-    if checks is not None:
-        checks.observation(obs_npy, _reset_label)
 
 
 def episode(env, actor, *, seed=None, max_steps=None, check_spaces="first"):

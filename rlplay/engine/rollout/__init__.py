@@ -3,11 +3,68 @@
 ``same`` (in this process), ``single`` (one worker process, double
 buffered), ``multi`` (many worker processes, a pool of shared buffers),
 ``cluster`` (Ray actors on a cluster; needs ``rlplay[cluster]``) and the
-:class:`Evaluator` (evaluation in a worker process). Their modules open
-with their protocols; what they share lives in the underscored modules
-(:mod:`._base`, :mod:`._collector`, :mod:`._supervisor`,
-:mod:`._delivery`, :mod:`._buffers`, :mod:`._batch`, :mod:`._params`,
-:mod:`._remote`).
+:class:`Evaluator` (evaluation in a worker process). Each module opens
+with its protocol and holds one class, ``Rollout`` (``rollout`` is the
+same class), which documents its own parameters; what they share lives in
+the underscored modules (:mod:`._base`, :mod:`._collector`,
+:mod:`._supervisor`, :mod:`._remote`, :mod:`._gather`, :mod:`._delivery`,
+:mod:`._buffers`, :mod:`._batch`, :mod:`._params`, :mod:`._restarts`).
+
+Every generator takes ``factory, actor, n_steps``, then its env counts,
+then these keywords (those it has: ``same`` has neither processes nor
+timeouts; the :class:`Evaluator` collects no fragments), documented here
+once:
+
+==================  =========  =============================================
+keyword             default    meaning
+==================  =========  =============================================
+``entropy``         ``None``   seeds the run reproducibly: every env, worker
+                               and torch stream gets its own child of one
+                               ``numpy.random.SeedSequence``
+                               (:mod:`rlplay.engine.seeds`); ``None``: fresh
+                               OS entropy
+``sticky``          ``False``  stop stepping an env for the rest of a
+                               fragment once its episode ended (the frozen
+                               rows: :mod:`rlplay.engine.core`)
+``env_info``        ``None``   ``{key: example}``: the numeric env info keys
+                               to record (``env`` and ``env_mask``)
+``final``           ``True``   record the true last observation of every
+                               episode (``final``)
+``device``          ``None``   deliver batches on this device, through
+                               non-blocking copies from page-locked memory;
+                               refused up front without CUDA
+``pinned``          ``False``  deliver batches in page-locked host memory;
+                               needs CUDA
+``copy``            ``False``  yield a fresh batch each time instead of the
+                               reused buffer (valid until the next
+                               ``next()``)
+``check_spaces``    'first'    check actions and observations against their
+                               spaces during each worker's first fragment
+                               (``'first'``), every step (``'always'``) or
+                               never (``'never'``)
+``start_method``    ``None``   ``'forkserver'`` (the default), ``'spawn'``
+                               or ``'fork'``; under the first two a script
+                               makes generators under
+                               ``if __name__ == "__main__":``
+``timeout``         60 s       the longest ``next()`` waits without news
+                               from any worker, every wait inside it
+                               included; ``None``: no deadline (the
+                               liveness checks stay). The Evaluator's
+                               default is 300 s: its worker is silent for a
+                               whole evaluation
+``start_timeout``   60 s       added to ``timeout`` while a worker starts
+                               (the first batch, a replacement)
+``shutdown_timeout`` 5 s       how long ``close()`` waits for the workers
+                               before terminating them
+``restarts``        0          the budget of worker replacements for the
+                               run (see the README's "When environments
+                               crash")
+``restart_delay``   1 s        seconds before a replacement starts
+==================  =========  =============================================
+
+Timeouts and ``restart_delay`` are finite numbers of seconds (``None``
+drops a deadline); bad values are refused up front, naming the argument,
+before anything starts.
 """
 import importlib
 

@@ -27,26 +27,34 @@ import numpy as np
 import torch
 
 from ..actor import check_actor
-from ..core import check_count, episode_stats, prepare
-from ..envs import close_envs, make_envs
+from ..core import check_count, check_spaces_mode, episode_stats, prepare
+from ..envs import make_batch
 from ..errors import RolloutError
 from ..seeds import PROBE_COLLECTOR, env_seed_sequences
 from ..utils.mp import check_timeouts
 
 __all__ = ["Closing", "Breakable", "Generator", "Status", "Stats", "STATS_KEYS",
-           "probe_layout", "check_arguments", "Deadline", "TIMEOUT", "START_TIMEOUT",
-           "SHUTDOWN_TIMEOUT", "CHECK_SPACES"]
+           "probe_layout", "check_arguments", "Deadline", "TIMEOUT",
+           "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
+           "RESTART_DELAY"]
 
-# the longest the learner waits without news from any worker (seconds),
-# covering every wait inside one next() (the parameter lock included)
+# The timeouts of every generator (seconds), defined once. Each is a
+# keyword of the generators (the table of shared keywords is in
+# rlplay/engine/rollout/__init__.py).
+# the longest the learner waits without news from any worker, covering
+# every wait inside one next() (the parameter lock included)
 TIMEOUT = 60.0
 # extra time allowed while a worker starts (a spawned interpreter imports
-# torch, then the envs are made and reset) (seconds)
+# torch, then the envs are made and reset)
 START_TIMEOUT = 60.0
-# how long close() waits for the workers to stop on their own (seconds)
+# how long close() waits for the workers to stop on their own
 SHUTDOWN_TIMEOUT = 5.0
-# the values of check_spaces=
-CHECK_SPACES = ("first", "always", "never")
+# the Evaluator's timeout: its worker sends no news while it plays a whole
+# evaluation (n_episodes episodes), so result() waits for all of it, not
+# for one fragment
+EVALUATION_TIMEOUT = 300.0
+# seconds before a failed worker's replacement starts, by default
+RESTART_DELAY = 1.0
 
 # the keys of every generator's stats
 STATS_KEYS = frozenset({
@@ -215,9 +223,7 @@ def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
         check_timeouts(**timeouts)
     if not isinstance(sticky, (bool, np.bool_)):
         raise TypeError(f"sticky must be a bool, got {sticky!r}")
-    if check_spaces not in CHECK_SPACES:
-        raise ValueError(f"check_spaces must be one of {CHECK_SPACES}, got "
-                         f"{check_spaces!r}")
+    check_spaces_mode(check_spaces)
     check_count("restarts", restarts, 0)
     # a replacement due at infinity would leave next() waiting for good
     if isinstance(restart_delay, bool) or not isinstance(
@@ -230,10 +236,10 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
                  final=True):
     """Size a generator's buffers in the learner, from a probe env.
 
-    Makes one env with ``factory`` (seeded as the env of collector
+    Makes one env batch with ``factory`` (seeded as the env of collector
     :data:`~rlplay.engine.seeds.PROBE_COLLECTOR` of ``entropy``), runs
     :func:`~rlplay.engine.core.prepare` with the worker's ``actor`` and
-    closes the env; a failure is raised here, as by ``same.rollout``. The
+    closes it; a failure is raised here, as by ``same.rollout``. The
     actor's virtual call draws from a forked torch generator, so that
     making a rollout leaves the learner's random numbers alone.
 
@@ -242,11 +248,11 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
     Fragment of zero-filled CPU tensors, shape = (1 + n_steps, n_envs, ...)
         A template of one buffer (not shared).
     """
-    probe = make_envs(factory, env_seed_sequences(entropy, 1,
-                                                  PROBE_COLLECTOR))
+    probe = make_batch(factory, env_seed_sequences(entropy, 1,
+                                                   PROBE_COLLECTOR))
     try:
         with torch.random.fork_rng(devices=[]):
-            return prepare(probe[0], actor, n_steps, n_envs,
+            return prepare(probe, actor, n_steps, n_envs,
                            env_info=env_info, final=final).pyt
     finally:
-        close_envs(probe)
+        probe.close()

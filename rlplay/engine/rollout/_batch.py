@@ -20,10 +20,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..core import Fragment
+from ..core import Fragment, env_axes
 from ..nested import flatten, suply
 
-__all__ = ["ReadyQueue", "Collation", "Arrival", "new_account", "env_dims",
+__all__ = ["ReadyQueue", "Collation", "Arrival", "new_account",
            "check_hx_dim"]
 
 Arrival = namedtuple("Arrival", "worker index seq version")
@@ -110,12 +110,6 @@ class ReadyQueue:
         return sum(account["dropped"] for account in self.accounts)
 
 
-def env_dims(hx_dim):
-    # the env dimension of each field of a fragment, for collation
-    return Fragment(state=1, truncated=1, final=1, actor=1, env=1,
-                    env_mask=1, hx=hx_dim, stats=1, meta=0)
-
-
 def check_hx_dim(hx, hx_dim, n_per_actor):
     """Check that every ``hx`` leaf has ``n_per_actor`` envs along
     ``hx_dim``, so that fragments can be collated."""
@@ -151,7 +145,7 @@ class Collation:
 
     def __init__(self, template, hx_dim, n_per_batch, pinned=False):
         check_hx_dim(template.hx, hx_dim, template.state.fin.shape[1])
-        dims = env_dims(hx_dim)
+        dims = env_axes(hx_dim)
 
         def alloc(leaf, dim):
             shape = list(leaf.shape)

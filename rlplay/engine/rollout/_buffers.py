@@ -6,18 +6,21 @@ One mechanism for ``single`` and ``multi``: :class:`SharedBuffers` lays
 the file-descriptor limits first), tracks which buffers each worker holds
 (free, or being filled), receives the workers' :class:`~._collector.Ready`
 reports into a :class:`~._batch.ReadyQueue` and makes each worker's start
-bundle. A worker retired for a restart leaves the buffers it held to its
-replacement: the fragment it was filling is discarded, never delivered in
-part.
+bundle: it is the protocol that the :class:`~._supervisor.Supervisor`
+serves, and the source of ready fragments of the learner's side
+(:class:`~._gather.Gathered`). A worker retired for a restart leaves the
+buffers it held to its replacement: the fragment it was filling is
+discarded, never delivered in part.
 
-It holds no reference to the generator or to the supervisor, so that the
-supervisor's exit handler may call it while the generator is collected.
+It holds no reference to the generator or to the supervisor (which its
+methods take as an argument), so that the supervisor's exit handler may
+call it while the generator is collected.
 """
 from collections import deque
 
 from ..pool import Segment, check_capacity, layout, views
-from ._batch import Arrival, ReadyQueue, new_account
-from ._collector import Bye, Ready, WorkerConfig
+from ._batch import Arrival, Collation, ReadyQueue, new_account
+from ._collector import Buffers, Bye, Give, Ready, WorkerConfig
 
 __all__ = ["SharedBuffers", "WORKER_THREADS"]
 
@@ -70,14 +73,19 @@ class SharedBuffers:
         self.accounts = [new_account() for _ in range(n_workers)]
         self.ready = ReadyQueue(self.accounts)
         self.time_collect = self.time_worker_wait = 0.0
+        self._sources = None
 
     def config(self, w, generation):
         """Worker ``w``'s start bundle: it fills the buffers it holds, and
         numbers its fragments on from those received."""
         return WorkerConfig(
-            self.spec, w, w, generation, self.accounts[w]["received"],
-            self.params, (self.segment, self._spec, self.stride),
-            list(self.held[w]), None, WORKER_THREADS)
+            spec=self.spec, index=w, collector=w, generation=generation,
+            seq=self.accounts[w]["received"], params=self.params,
+            buffers=Buffers(self.segment, self._spec, self.stride),
+            free=list(self.held[w]), evaluation=None, threads=WORKER_THREADS)
+
+    def on_started(self, w):
+        """Worker ``w`` was started (it takes its buffers with it)."""
 
     def on_message(self, w, message):
         if isinstance(message, Ready):
@@ -94,7 +102,7 @@ class SharedBuffers:
         replacement; returns the fragment lost in flight (0 or 1)."""
         return int(bool(self.held[w]))
 
-    def assign(self, indices, n_live=None):
+    def assign(self, indices):
         """Hand free buffers to the workers that hold the fewest; returns
         ``{w: [index, ...]}``."""
         orders = {}
@@ -104,9 +112,29 @@ class SharedBuffers:
             orders.setdefault(w, []).append(index)
         return orders
 
+    # the source of ready fragments (see _gather.Gathered)
+    def fragment(self, arrival):
+        """The leaves of an arrival's buffer, in :class:`Collation`'s
+        order."""
+        if self._sources is None:
+            self._sources = [Collation.sources(buffer.npy)
+                             for buffer in self.buffers]
+        return self._sources[arrival.index]
+
+    def release(self, arrivals, supervisor):
+        """Hand the buffers of ``arrivals`` back to the workers that hold
+        the fewest (a replacement on its way takes them at start)."""
+        for w, indices in self.assign([a.index for a in arrivals]).items():
+            if supervisor.workers[w].process is not None:
+                supervisor.send(w, Give(indices))
+
+    def recycle(self, arrival, supervisor):
+        """A stale fragment's buffer, back to the workers."""
+        self.release([arrival], supervisor)
+
     def close(self):
         """Count the undelivered fragments and unmap the pool (the
         learner's views first, so that the memory is freed)."""
         self.ready.close()
-        self.buffers = None
+        self.buffers = self._sources = None
         self.segment.close()

@@ -42,15 +42,16 @@ import numpy as np
 import torch
 
 from ..core import collect, evaluate, startup
-from ..envs import close_envs, make_envs
+from ..envs import make_batch
 from ..pool import views
 from ..seeds import (collector_seed_sequence, env_seed_sequences,
                      next_reset_seeds, seed_worker)
-from ..utils.mp import (POLL_INTERVAL, ErrorRecord, guard_parent,
-                        ignore_interrupts)
+from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
+                        guard_parent, ignore_interrupts)
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
-           "SessionSpec", "Session", "WorkerConfig", "LearnerLink", "main"]
+           "SessionSpec", "Session", "WorkerConfig", "Buffers",
+           "LearnerLink", "main"]
 
 # learner -> worker
 Give = namedtuple("Give", "indices")
@@ -77,9 +78,9 @@ check_spaces : str
 """
 
 WorkerConfig = namedtuple(
-    "WorkerConfig", "spec index collector generation seq params pool free "
-                    "evaluation threads")
-WorkerConfig.__doc__ = """One worker's start bundle.
+    "WorkerConfig", "spec index collector generation seq params buffers "
+                    "free evaluation threads")
+WorkerConfig.__doc__ = """One worker's start bundle (made by keyword).
 
 spec : SessionSpec
 index : int
@@ -88,12 +89,13 @@ collector : int
     Its collector index in the seeding tree (:mod:`rlplay.engine.seeds`).
 generation : int
     0 for the first worker at ``index``, ``g`` for its ``g``-th
-    replacement.
+    replacement (``meta.generation``).
 seq : int
     The ``meta.seq`` of its first fragment.
-params : SharedParams
-pool : tuple (segment, spec, stride) or None
-    The shared buffers, for a collecting worker.
+params : SharedParams or None
+    The shared parameters (a Ray worker gets them with each request).
+buffers : Buffers or None
+    Where a collecting worker's fragment buffers live.
 free : list of int
     The buffers it holds at start.
 evaluation : tuple (n_episodes, max_steps, pending) or None
@@ -102,6 +104,12 @@ evaluation : tuple (n_episodes, max_steps, pending) or None
 threads : int
     Torch threads.
 """
+
+Buffers = namedtuple("Buffers", "segment spec stride")
+Buffers.__doc__ = """A worker's fragment buffers: laid out by ``spec``
+(:func:`rlplay.engine.pool.layout`) every ``stride`` bytes of the shared
+``segment`` (:class:`~rlplay.engine.pool.Segment`), or, with ``segment``
+``None``, one buffer of its own."""
 
 # the modules whose frames mark an exception as rlplay's own check
 _RLPLAY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,13 +149,17 @@ class Session:
     Parameters
     ----------
     spec : SessionSpec
+        Its factory and actor are :class:`~rlplay.engine.utils.mp.
+        Cloudpickled` in a worker, the objects themselves in the caller's
+        process (``same.rollout``).
     index : int
         The worker index recorded in ``meta.worker``; its envs are
         ``index * n_envs .. (index + 1) * n_envs - 1`` in ``meta.env``.
     collector : int
         Its place in the seeding tree (``index``, or the evaluator's).
     generation : int
-        Its replacement number (seeds of their own for ``g >= 1``).
+        Its replacement number, recorded in ``meta.generation`` (seeds of
+        their own for ``g >= 1``).
     seq : int
         The ``meta.seq`` of its first fragment.
 
@@ -161,25 +173,31 @@ class Session:
     def __init__(self, spec, index, collector, generation=0, seq=0):
         self.spec, self.index, self.collector = spec, index, collector
         self.generation, self.seq = generation, seq
-        self.stage, self.envs, self.actor, self.ctx = "start-up", [], None, None
+        self.stage, self.envs, self.actor, self.ctx = "start-up", None, None, None
         self.version = None
         self.evaluations = 0
 
-    def start(self, threads=1):
-        """Seed the process's generators, rebuild the factory and the actor
-        and make the envs."""
+    def start(self, threads=1, in_process=False):
+        """Rebuild the factory and the actor and make the envs.
+
+        A worker (``in_process=False``) also seeds its process's global
+        generators from its collector's sequence, runs ``threads`` torch
+        threads and marks its actor's exceptions (not restartable). In the
+        caller's process the actor is the caller's own, left as it is.
+        """
         spec = self.spec
-        torch.set_num_threads(threads)
-        seed_worker(collector_seed_sequence(spec.entropy, self.collector,
-                                            self.generation))
-        factory, actor = spec.factory.load(), spec.actor.load()
-        actor.step = _ActorFailure(actor.step)
-        actor.reset = _ActorFailure(actor.reset)
+        factory, actor = _loaded(spec.factory), _loaded(spec.actor)
+        if not in_process:
+            torch.set_num_threads(threads)
+            seed_worker(collector_seed_sequence(
+                spec.entropy, self.collector, self.generation))
+            actor.step = _ActorFailure(actor.step)
+            actor.reset = _ActorFailure(actor.reset)
         self.actor = actor
         self.seeds = env_seed_sequences(spec.entropy, spec.n_envs,
                                         self.collector, self.generation)
         self.stage = "the factory"
-        self.envs = make_envs(factory, self.seeds)
+        self.envs = make_batch(factory, self.seeds)
         self.stage = "start-up"
 
     def begin(self, buffer):
@@ -189,8 +207,8 @@ class Session:
         first = self.index * self.spec.n_envs
         self.ctx = startup(self.envs, self.actor, buffer, self.seeds,
                            worker=self.index,
-                           env_ids=np.arange(first, first + self.spec.n_envs))
-        self.ctx.seq = self.seq
+                           env_ids=np.arange(first, first + self.spec.n_envs),
+                           generation=self.generation, seq=self.seq)
 
     def load(self, params, check=None, timeout=None):
         """Load the latest published parameters (if they changed)."""
@@ -224,10 +242,16 @@ class Session:
         """The :class:`Failed` message for ``exc``."""
         return Failed(ErrorRecord(exc, self.stage), _restartable(exc))
 
-    def close(self):
-        """Close the envs, quietly (nobody listens to a closing worker)."""
-        envs, self.envs, self.ctx = self.envs, [], None
-        close_envs(envs, quiet=True)
+    def close(self, quiet=True):
+        """Close the envs (quietly by default: nobody listens to a closing
+        worker)."""
+        envs, self.envs, self.ctx = self.envs, None, None
+        if envs is not None:
+            envs.close(quiet=quiet)
+
+
+def _loaded(obj):
+    return obj.load() if isinstance(obj, Cloudpickled) else obj
 
 
 class LearnerLink:
@@ -296,7 +320,7 @@ def main(conn, config, pdeathsig=True):
     link = LearnerLink(conn)
     session = Session(config.spec, config.index, config.collector,
                       config.generation, config.seq)
-    segment = None if config.pool is None else config.pool[0]
+    segment = None if config.buffers is None else config.buffers.segment
     try:
         session.start(config.threads)
         if config.evaluation is None:
@@ -313,7 +337,7 @@ def main(conn, config, pdeathsig=True):
 
 
 def _serve_fragments(link, session, config):
-    segment, spec, stride = config.pool
+    segment, spec, stride = config.buffers
     buffers = [views(segment.flat, spec, i * stride)
                for i in range(segment.nbytes // stride)]
     free = deque(config.free)

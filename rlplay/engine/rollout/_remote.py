@@ -31,7 +31,8 @@ import):
     worker and wait for it (and for the fills queued before it) within
     ``shutdown_timeout``; kill every actor; wait, within
     ``shutdown_timeout`` too, until Ray reports them dead (a call of a
-    killed actor fails). ``graceful=False`` goes straight to the kill. The
+    killed actor fails) and the processes of those that ran on this
+    machine have exited. ``graceful=False`` goes straight to the kill. The
     queued fills are not cancelled: cancelling a queued call of a Ray
     actor leaves a gap in the sequence of its calls, and Ray 2.60 holds
     every later call (``close()`` here) for 30 s waiting for it.
@@ -50,7 +51,6 @@ import torch
 from ..errors import WorkerDied
 from ..pool import views
 from ..utils.mp import ErrorRecord
-from ._buffers import WORKER_THREADS
 from ._collector import Failed, Ready, Session
 from ._restarts import Member, RestartPolicy, reported
 
@@ -66,27 +66,33 @@ actor's ``pid``."""
 
 
 class RemoteWorker:
-    """Worker ``index`` as a Ray actor (see the module docstring).
+    """A worker as a Ray actor (see the module docstring).
 
     Parameters
     ----------
-    spec : SessionSpec
-    index, generation, seq
-        As for :class:`~._collector.Session` (``collector = index``).
-    buffer_layout : tuple (spec, stride)
-        :func:`rlplay.engine.pool.layout` of one fragment.
+    config : WorkerConfig
+        Its ``buffers`` give the layout of the one fragment buffer it
+        allocates (``segment`` is ``None``); its ``params`` are ``None``
+        (each request carries them).
     """
 
-    def __init__(self, spec, index, generation, seq, buffer_layout):
-        self.session = Session(spec, index, index, generation, seq)
-        self.layout, self.buffer, self.idle_since = buffer_layout, None, 0.0
+    def __init__(self, config):
+        import ray
+        spec = config.spec  # one object in the store for every worker
+        if isinstance(spec, ray.ObjectRef):
+            spec = ray.get(spec)
+        self.session = Session(spec, config.index, config.collector,
+                               config.generation, config.seq)
+        self.layout, self.threads = config.buffers, config.threads
+        self.buffer, self.idle_since = None, 0.0
 
     def start(self):
         import ray
         try:
-            self.session.start(WORKER_THREADS)
-            spec, stride = self.layout
-            self.buffer = views(torch.zeros(stride, dtype=torch.uint8), spec)
+            self.session.start(self.threads)
+            self.buffer = views(torch.zeros(self.layout.stride,
+                                            dtype=torch.uint8),
+                                self.layout.spec)
             self.session.begin(self.buffer)
         except BaseException as exc:  # noqa: BLE001 - sent to the learner
             return self.session.failure(exc)
@@ -177,20 +183,40 @@ class _Member(Member):
         account["node"] = None
 
 
-def _kill(handles, release, timeout):
+def _kill(handles, local_pids, release, timeout):
     """Kill the actors ``handles`` and wait up to ``timeout`` s until Ray
-    knows them dead (a call of a killed actor fails), then ``release()``
-    Ray; plain data only, also the finalizer of a dropped generator."""
+    knows them dead (a call of a killed actor fails) and the processes
+    ``local_pids`` (the actors' on this machine) have exited, then
+    ``release()`` Ray; plain data only, also the finalizer of a dropped
+    generator."""
     import ray
+    deadline = time.monotonic() + timeout
     with contextlib.suppress(Exception):
         for handle in handles.values():
             ray.kill(handle, no_restart=True)
         probes = [handle.__ray_ready__.remote() for handle in handles.values()]
         if probes:
             ray.wait(probes, num_returns=len(probes), timeout=timeout)
+    # Ray marks an actor dead before its process is gone: wait for those
+    # of this machine too, so that none outlives its generator
+    while local_pids and time.monotonic() < deadline:
+        local_pids.difference_update(
+            [pid for pid in local_pids if _gone(pid)])
+        if local_pids:
+            time.sleep(0.01)
     handles.clear()
+    local_pids.clear()
     with contextlib.suppress(Exception):
         release()
+
+
+def _gone(pid):
+    """Whether process ``pid`` has exited (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:  # no such process (or no /proc: cannot wait for it)
+        return True
 
 
 class RemoteSupervisor(RestartPolicy):
@@ -198,17 +224,15 @@ class RemoteSupervisor(RestartPolicy):
 
     Parameters
     ----------
-    start_args : callable
-        ``start_args(w, generation)``: the arguments of worker ``w``'s
-        :class:`RemoteWorker`, ``(spec, w, generation, seq, buffer_layout)``.
-    on_started : callable
-        ``on_started(w)``: worker ``w``'s actor was created; the protocol
-        may :meth:`call` it at once (Ray queues the calls after ``start``).
-    on_result : callable
-        ``on_result(w, value)``: a ``fill`` returned ``value``.
-    on_lost : callable
-        ``on_lost(w)``: worker ``w`` is being replaced; returns the number
-        of fragments lost in flight.
+    n_workers : int
+    protocol : object
+        What the workers serve, with the callbacks of
+        :class:`~._supervisor.Supervisor`'s protocol: ``accounts``,
+        ``config(w, generation)`` (the :class:`~._collector.WorkerConfig`
+        of worker ``w``'s actor), ``on_started(w)`` (its actor was
+        created: the protocol may :meth:`call` it at once, Ray queues the
+        calls after ``start``), ``on_message(w, value)`` (a ``fill``
+        returned ``value``) and ``on_lost(w)``.
     options : dict
         From :func:`ray_options`.
     release : callable
@@ -217,31 +241,36 @@ class RemoteSupervisor(RestartPolicy):
         Whose collection kills the actors and calls ``release`` (the
         supervisor by default): the generator, which the protocol's
         callbacks must not reference.
-    restarts, restart_delay, shutdown_timeout, accounts
+    restarts, restart_delay, shutdown_timeout
         As for :class:`~._supervisor.Supervisor`.
 
     Attributes
     ----------
     restarts : int
+    accounts : list of dict
+        The protocol's, extended as :class:`~._supervisor.Supervisor`
+        extends them (and with each worker's ``node``).
     pids, nodes : list
         Each worker's pid and Ray node id (``None`` until it started).
     """
 
-    def __init__(self, n_workers, start_args, on_started, on_result, on_lost,
-                 *, options, release, restarts, restart_delay,
-                 shutdown_timeout, accounts, owner=None):
-        self.start_args, self.options = start_args, options
-        self.on_started, self.on_result = on_started, on_result
-        self.on_lost = on_lost
+    def __init__(self, n_workers, protocol, *, options, release, restarts,
+                 restart_delay, shutdown_timeout, owner=None):
+        self.protocol, self.options = protocol, options
         self.shutdown_timeout = shutdown_timeout
-        self.members = [_Member(w, accounts[w]) for w in range(n_workers)]
+        self.members = [_Member(w, protocol.accounts[w])
+                        for w in range(n_workers)]
         RestartPolicy.__init__(self, self.members, restarts, restart_delay)
+        self.accounts = [m.account for m in self.members]
         self.pending = {}  # ref -> (member, method), in the order of calls
         self.closed = False
         self._handles = {}
+        self._local_pids = set()  # of the actors on this machine
+        import ray
+        self._node = ray.get_runtime_context().get_node_id()
         self._finalizer = weakref.finalize(
-            self if owner is None else owner, _kill, self._handles, release,
-            shutdown_timeout)
+            self if owner is None else owner, _kill, self._handles,
+            self._local_pids, release, shutdown_timeout)
 
     def start_all(self):
         for member in self.members:
@@ -249,12 +278,12 @@ class RemoteSupervisor(RestartPolicy):
 
     def _start(self, member):
         member.handle = _remote_class().options(**self.options).remote(
-            *self.start_args(member.index, member.generation))
+            self.protocol.config(member.index, member.generation))
         self._handles[member.index] = member.handle
         member.phase, member.where, member.due = _Phase.STARTING, None, None
         member.delivered = False
         self.call(member.index, "start")
-        self.on_started(member.index)
+        self.protocol.on_started(member.index)
 
     def call(self, w, method, *args):
         """Call ``method`` of worker ``w``'s actor (it must have one)."""
@@ -309,6 +338,11 @@ class RemoteSupervisor(RestartPolicy):
                 self._receive(ref, *self.pending.pop(ref), what)
         return news + self._start_due()
 
+    def check(self, what):
+        """Raise if a worker failed; consumes results (as
+        :meth:`Supervisor.check <._supervisor.Supervisor.check>`)."""
+        self.pump(0, what)
+
     def _receive(self, ref, member, method, what):
         import ray
         try:
@@ -323,9 +357,11 @@ class RemoteSupervisor(RestartPolicy):
         if method == "start":
             member.phase, member.where = _Phase.RUNNING, value
             member.account["node"] = value.node
+            if value.node == self._node:
+                self._local_pids.add(value.pid)
         else:
             member.delivered = True
-            self.on_result(member.index, value)
+            self.protocol.on_message(member.index, value)
 
     @staticmethod
     def _died(member, exc, what):
@@ -344,7 +380,7 @@ class RemoteSupervisor(RestartPolicy):
         else:
             self._fail(member, failure, True, f"WorkerDied: {failure}")
         self._retire(member)
-        self._replace(member, self.on_lost(member.index))
+        self._replace(member, self.protocol.on_lost(member.index))
 
     def _retire(self, member):
         import ray

@@ -1,8 +1,14 @@
 """The learner side of N worker processes: start, watch, replace, shut down.
 
-A :class:`Supervisor` runs the workers of one generator (its protocol
-supplies each worker's start bundle and handles its messages) and owns
-everything about them that is not protocol:
+A :class:`Supervisor` runs the workers of one generator and owns
+everything about them that is not protocol. The protocol is an object
+that it serves (the same callbacks as :class:`~._remote.RemoteSupervisor`
+calls): ``accounts`` (a dict per worker, which the supervisor extends),
+``config(w, generation)`` (worker ``w``'s
+:class:`~._collector.WorkerConfig`), ``on_started(w)``, ``on_message(w,
+message)`` and ``on_lost(w)`` (worker ``w`` is retired for a restart:
+the number of fragments it had in flight, which the protocol reclaims).
+
 
 - **start** worker ``w`` (generation ``g``) with a fresh duplex pipe, as an
   ordinary, non-daemonic process (an env may start processes of its own);
@@ -42,13 +48,12 @@ import time
 from ..errors import WorkerDied
 from ..utils.mp import (POLL_INTERVAL, first_timeout, join_or_kill,
                         preload_forkserver)
+from ._base import RESTART_DELAY, SHUTDOWN_TIMEOUT
 from ._collector import STOP, Bye, Failed, Ready, main
 from ._restarts import Member, RestartPolicy, reported
 
-__all__ = ["Supervisor", "Supervised", "RESTART_DELAY", "EXIT_PRIORITY"]
+__all__ = ["Supervisor", "Supervised", "EXIT_PRIORITY"]
 
-# seconds before a failed worker's replacement starts, by default
-RESTART_DELAY = 1.0
 # multiprocessing runs finalizers of priority >= 0 before joining children
 EXIT_PRIORITY = 10
 # how long a worker that reported a failure may take to exit on its own
@@ -74,15 +79,8 @@ class Supervisor(RestartPolicy):
     ----------
     ctx : multiprocessing context
     n_workers : int
-    make_config : callable
-        ``make_config(w, generation)`` returns worker ``w``'s
-        :class:`~._collector.WorkerConfig`, called when it starts.
-    on_message : callable
-        ``on_message(w, message)`` handles the protocol's messages.
-    on_lost : callable, optional
-        ``on_lost(w)`` is called when worker ``w`` is retired for a
-        restart; returns the number of fragments it had in flight (which
-        the protocol reclaims).
+    protocol : object
+        What the workers serve (see the module docstring).
     name : str
         Process names are ``f"{name}-{w}"``.
     params : SharedParams, optional
@@ -92,31 +90,26 @@ class Supervisor(RestartPolicy):
     restart_delay : float
         Seconds before a replacement starts.
     shutdown_timeout : float
-    accounts : list of dict, optional
-        The generator's per-worker accounts, which the supervisor extends
-        (new dicts by default).
 
     Attributes
     ----------
     accounts : list of dict
-        Per worker: ``restarts``, ``lost`` fragments and the ``last_cause``
-        (``"type: message"``) of its last failure; ``collected`` (its own
-        count) from its ``Bye``.
+        The protocol's, per worker, extended with ``restarts``, ``lost``
+        fragments and the ``last_cause`` (``"type: message"``) of its last
+        failure.
     restarts : int
         Replacements so far.
     """
 
-    def __init__(self, ctx, n_workers, make_config, on_message, on_lost=None,
-                 *, name, params=None, restarts=0,
-                 restart_delay=RESTART_DELAY, shutdown_timeout=5.0,
-                 accounts=None):
+    def __init__(self, ctx, n_workers, protocol, *, name, params=None,
+                 restarts=0, restart_delay=RESTART_DELAY,
+                 shutdown_timeout=SHUTDOWN_TIMEOUT):
         preload_forkserver(ctx)
-        self.ctx, self.make_config = ctx, make_config
-        self.on_message, self.on_lost = on_message, on_lost
+        self.ctx, self.protocol = ctx, protocol
         self.name, self.params = name, params
         self.shutdown_timeout = shutdown_timeout
-        accounts = accounts or [{} for _ in range(n_workers)]
-        self.workers = [_Worker(w, accounts[w]) for w in range(n_workers)]
+        self.workers = [_Worker(w, protocol.accounts[w])
+                        for w in range(n_workers)]
         RestartPolicy.__init__(self, self.workers, restarts, restart_delay)
         self.accounts = [wk.account for wk in self.workers]
         self.closed = False
@@ -138,7 +131,7 @@ class Supervisor(RestartPolicy):
             self._start(wk)
 
     def _start(self, wk):
-        config = self.make_config(wk.index, wk.generation)
+        config = self.protocol.config(wk.index, wk.generation)
         conn, child = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
             target=main, args=(child, config, self._pdeathsig),
@@ -155,6 +148,7 @@ class Supervisor(RestartPolicy):
         wk.process, wk.conn, wk.pid = process, conn, process.pid
         wk.eof = wk.heard = wk.delivered = False
         wk.due = wk.deferred = None
+        self.protocol.on_started(wk.index)
 
     @property
     def pids(self):
@@ -236,7 +230,7 @@ class Supervisor(RestartPolicy):
                 if not isinstance(message, Bye):
                     wk.delivered = True
                 news += 1
-                self.on_message(wk.index, message)
+                self.protocol.on_message(wk.index, message)
         except (EOFError, OSError):
             wk.eof = True
         return news
@@ -252,7 +246,7 @@ class Supervisor(RestartPolicy):
                 exc.args = (exc.args[0] + _start_up_hint(self.ctx),)
             self._fail(wk, exc, True, f"WorkerDied: {exc}")
         self._retire(wk)
-        self._replace(wk, self.on_lost(wk.index) if self.on_lost else 0)
+        self._replace(wk, self.protocol.on_lost(wk.index))
 
     def _retire(self, wk):
         process, pid = wk.process, wk.pid
@@ -333,18 +327,14 @@ class Supervised:
 
     def _supervise(self, ctx, n_workers, protocol, *, name, restarts,
                    restart_delay, shutdown_timeout):
-        """Start ``n_workers`` workers serving ``protocol``: an object
-        with ``config(w, generation)``, ``on_message(w, message)``,
-        ``on_lost(w)`` and ``accounts`` (see :class:`Supervisor`). On a
-        failure, closes the generator (``_close(graceful=False)``) and
-        raises."""
+        """Start ``n_workers`` workers serving ``protocol`` (see
+        :class:`Supervisor`). On a failure, closes the generator
+        (``_close(graceful=False)``) and raises."""
         try:
             self._supervisor = Supervisor(
-                ctx, n_workers, protocol.config, protocol.on_message,
-                protocol.on_lost, name=name, params=self.params,
+                ctx, n_workers, protocol, name=name, params=self.params,
                 restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout,
-                accounts=protocol.accounts)
+                shutdown_timeout=shutdown_timeout)
             self._supervisor.start_all()
         except BaseException:
             self._close(graceful=False)

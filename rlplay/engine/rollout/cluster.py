@@ -60,7 +60,9 @@ The progress rule is ``multi``'s: ``n_buffers >= n_per_batch`` (more keeps
 the workers busy while the learner trains, at the price of lag). The
 version of a fragment is that of the request, so its lag counts the
 batches published since the request was made. ``max_lag``, the batch,
-``copy``, ``device`` and ``pinned`` are as in :mod:`.multi`.
+``copy``, ``device`` and ``pinned`` are as in :mod:`.multi`, whose
+learner's side (:class:`~._gather.Gathered`) this generator shares: only
+the source of ready fragments differs (:class:`RayRequests`).
 
 Waits and errors: every wait is one ``ray.wait`` on every pending call
 (start and fill) of every worker (:mod:`._remote`), bounded as in
@@ -85,51 +87,66 @@ numbers its fragments on from the last one received.
 
 Shutdown (``close()``, dropping the rollout): the ordered shutdown of
 :class:`~._remote.RemoteSupervisor` (close the envs, kill, wait until
-Ray knows them dead, all within ``shutdown_timeout``); then Ray is shut
+Ray knows them dead and their processes on this machine have exited, all
+within ``shutdown_timeout``); then Ray is shut
 down if rlplay started it and no other rollout uses it.
 """
 import itertools
-import time
 
-from ..errors import RolloutTimeout
 from ..pool import layout
 from ..seeds import seed_sequence
 from ..utils.mp import Cloudpickled
-from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
-                    Generator, Stats, Status, check_arguments, probe_layout)
+from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
+                    Stats, check_arguments, probe_layout)
 from ._batch import Arrival, Collation, ReadyQueue, check_hx_dim, new_account
-from ._collector import SessionSpec
+from ._buffers import WORKER_THREADS
+from ._collector import Buffers, SessionSpec, WorkerConfig
 from ._delivery import Delivery
+from ._gather import Gathered, check_pool
 from ._params import RayParams, cpu_copy
 from ._remote import RemoteSupervisor, join, ray_options
-from ._supervisor import RESTART_DELAY, Supervised
 
 try:
     import ray
-except ImportError:  # optional: rollout() says how to install it
+except ImportError:  # optional: Rollout() says how to install it
     ray = None
 
-__all__ = ["rollout", "Rollout"]
+__all__ = ["rollout", "Rollout", "RayRequests"]
 
 
-class _Requests:
-    """The requests of the protocol: how many each worker holds, the
-    fragments received and the ready queue. It holds no reference to the
-    generator, so that dropping the generator closes it at once."""
+class RayRequests:
+    """The requests of the protocol: the protocol that the
+    :class:`~._remote.RemoteSupervisor` serves and the source of ready
+    fragments of the learner's side (:class:`~._gather.Gathered`): how many
+    requests each worker holds, the fragments received and the ready queue.
+    It holds no reference to the generator, so that dropping the generator
+    closes it at once."""
 
-    def __init__(self, n_workers, n_buffers, accounts):
+    def __init__(self, spec, buffers, n_workers, n_buffers):
+        self.spec, self.buffers = spec, buffers
         self.held = [len(range(w, n_buffers, n_workers))
                      for w in range(n_workers)]
-        self.ready = ReadyQueue(accounts)
+        self.accounts = [new_account() for _ in range(n_workers)]
+        self.ready = ReadyQueue(self.accounts)
         self.fragments, self.keys = {}, itertools.count()
         self.time_collect = self.time_worker_wait = 0.0
         self.supervisor = self.params = None
+
+    # the protocol (see _remote.RemoteSupervisor)
+    def config(self, w, generation):
+        """Worker ``w``'s start bundle: it numbers its fragments on from
+        those received."""
+        return WorkerConfig(
+            spec=self.spec, index=w, collector=w, generation=generation,
+            seq=self.accounts[w]["received"], params=None,
+            buffers=self.buffers, free=[], evaluation=None,
+            threads=WORKER_THREADS)
 
     def on_started(self, w):
         for _ in range(self.held[w]):  # queued after its start()
             self.supervisor.call(w, "fill", self.params)
 
-    def on_result(self, w, value):
+    def on_message(self, w, value):
         header, fragment = value
         key = next(self.keys)
         self.fragments[key] = fragment
@@ -141,7 +158,19 @@ class _Requests:
     def on_lost(self, w):
         return int(self.held[w] > 0)  # the fragment being filled
 
-    def give(self, origin):
+    # the source of ready fragments (see _gather.Gathered)
+    def fragment(self, arrival):
+        return Collation.sources(self.fragments.pop(arrival.index))
+
+    def release(self, arrivals, supervisor):
+        for arrival in arrivals:
+            self._give(arrival.worker)
+
+    def recycle(self, arrival, supervisor):
+        del self.fragments[arrival.index]  # a stale fragment
+        self._give(arrival.worker)
+
+    def _give(self, origin):
         """One more request, to the worker that holds the fewest (``origin``
         on a tie); a worker being replaced makes it when it starts."""
         w = min(range(len(self.held)),
@@ -150,16 +179,50 @@ class _Requests:
         if self.supervisor.running(w):
             self.supervisor.call(w, "fill", self.params)
 
-    def recycle(self, arrival):
-        del self.fragments[arrival.index]  # a stale fragment
-        self.give(arrival.worker)
+    def close(self):
+        self.fragments.clear()
+        self.ready.close()
 
 
-class Rollout(Supervised, Generator):
-    """An endless iterator of batches collated from Ray actors.
+class Rollout(Gathered):
+    """Collect fragments in ``n_actors`` Ray actors, on any nodes of a Ray
+    cluster, and yield batches of ``n_per_batch`` of them.
 
-    Use :func:`rollout` (which documents the arguments). A context
-    manager; ``close()`` is idempotent, and dropping it closes it.
+    Takes the arguments of :class:`rlplay.engine.rollout.multi.Rollout`
+    with the same meanings (but ``start_method``: Ray starts the workers),
+    a worker being a Ray actor and ``n_buffers`` the number of requests in
+    flight (see the module docstring), and these:
+
+    Parameters
+    ----------
+    address : str, optional
+        The Ray cluster to join (``ray.init(address=...)``, e.g.
+        ``"10.0.0.1:6379"``) unless this process has joined one already.
+        ``None``: the cluster that ``RAY_ADDRESS`` names, else a new local
+        one for this machine. Ray is shut down on ``close()`` only if
+        rlplay started it (and no other rollout uses it).
+    actor_options : dict, optional
+        Options of each worker's Ray actor (``num_cpus``, ``resources``,
+        ``scheduling_strategy``, ``runtime_env``...; ``max_restarts`` is
+        refused: see ``restarts``); by default one CPU each, spread over
+        the nodes. The factory and the actor travel cloudpickled: the
+        packages they use must exist on every node or come in a
+        ``runtime_env``.
+
+    Yields
+    ------
+    batch : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
+        As ``multi``'s: slot ``s`` holds one fragment; reused, valid until
+        the next ``next()``, unless ``copy=True``.
+
+    Raises
+    ------
+    ImportError
+        Ray is not installed.
+    ValueError, TypeError, RuntimeError
+        As ``multi``; also bad ``actor_options``.
+    WorkerError, WorkerDied, RolloutTimeout
+        From ``next()``: see the module docstring.
 
     Attributes
     ----------
@@ -171,8 +234,21 @@ class Rollout(Supervised, Generator):
         Each worker's process id and Ray node id (``None`` until it has
         started).
     stats : dict
-        As ``multi.Rollout.stats``; each worker's dict also holds its
-        ``node``.
+        As ``multi``'s; each worker's dict also holds its ``node``.
+
+    Examples
+    --------
+    >>> import functools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> feed = rollout(factory, actor, 16, n_actors=2, n_per_actor=2,
+    ...                n_buffers=4, n_per_batch=2, entropy=0)
+    >>> with closing(feed):
+    ...     batch = next(feed)
+    >>> tuple(batch.state.obs.shape)
+    (17, 4, 4)
     """
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
@@ -196,11 +272,7 @@ class Rollout(Supervised, Generator):
                           shutdown_timeout=shutdown_timeout),
             sticky=sticky, check_spaces=check_spaces, restarts=restarts,
             restart_delay=restart_delay)
-        if n_buffers < n_per_batch:
-            raise ValueError(f"n_buffers={n_buffers} requests cannot form a "
-                             f"batch of n_per_batch={n_per_batch} fragments:"
-                             f" the progress rule needs n_buffers >= "
-                             f"n_per_batch")
+        check_pool(n_buffers, n_per_batch, n_actors)
         options = ray_options(actor_options)
         self.delivery = Delivery(device, pinned, copy)
         self.device = self.delivery.device
@@ -215,25 +287,22 @@ class Rollout(Supervised, Generator):
         check_hx_dim(template.hx, hx_dim, n_per_actor)
         self._collation = Collation(template, hx_dim, n_per_batch,
                                     self.delivery.host_pinned)
-        accounts = [new_account() for _ in range(n_actors)]
-        self._requests = requests = _Requests(n_actors, n_buffers, accounts)
-        self.stats, self.params, self._supervisor = Stats(accounts), None, None
+        self.params, self._supervisor = None, None
         release = join(address)
         try:
-            requests.params = self.params = RayParams(actor)
             spec = ray.put(SessionSpec(
-                Cloudpickled(factory), Cloudpickled(worker_actor), entropy,
-                n_per_actor, sticky, check_spaces))
-            buffer_layout = layout(template)
+                factory=Cloudpickled(factory),
+                actor=Cloudpickled(worker_actor), entropy=entropy,
+                n_envs=n_per_actor, sticky=sticky,
+                check_spaces=check_spaces))
+            self._source = requests = RayRequests(
+                spec, Buffers(None, *layout(template)), n_actors, n_buffers)
+            self.stats = Stats(requests.accounts)
+            requests.params = self.params = RayParams(actor)
             requests.supervisor = self._supervisor = RemoteSupervisor(
-                n_actors, lambda w, generation: (
-                    spec, w, generation, accounts[w]["received"],
-                    buffer_layout),
-                requests.on_started, requests.on_result, requests.on_lost,
-                options=options, release=release, restarts=restarts,
-                restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout, accounts=accounts,
-                owner=self)
+                n_actors, requests, options=options, release=release,
+                restarts=restarts, restart_delay=restart_delay,
+                shutdown_timeout=shutdown_timeout, owner=self)
             self._supervisor.start_all()
         except BaseException:
             if self._supervisor is None:
@@ -242,149 +311,19 @@ class Rollout(Supervised, Generator):
             raise
 
     @property
-    def version(self):
-        """The parameter version published by the last ``next()``."""
-        return self.stats["version"]
-
-    @property
     def nodes(self):
         return self._supervisor.nodes
-
-    def _next(self):
-        # the rows "next() #k" of the timeline in the module docstring
-        requests, supervisor, stats = (self._requests, self._supervisor,
-                                       self.stats)
-        tic = stats.begin()
-        what = f"batch {stats['batches']}"
-        deadline = Deadline(self._bound())
-        supervisor.pump(0, what)  # deaths are reported at once
-        version = self.params.publish(self.actor)
-        taken = []
-
-        def enough():
-            taken.extend(requests.ready.take(
-                self.n_per_batch - len(taken), version, self.max_lag,
-                requests.recycle))
-            return len(taken) == self.n_per_batch
-
-        if not self._await(enough, what, deadline):
-            requests.ready.give_back(taken)
-            raise RolloutTimeout(
-                f"no fragment for {what} within {deadline.bound} s "
-                f"({len(taken)} of {self.n_per_batch} in hand) although "
-                f"the workers' actors are alive; raise timeout= for "
-                f"slow envs")
-        toc = time.perf_counter()
-        self.delivery.wait()  # the last device copy read the host batch
-        self._collation.collate([Collation.sources(
-            requests.fragments.pop(a.index)) for a in taken])
-        requests.ready.delivered(taken)
-        for arrival in taken:
-            requests.give(arrival.worker)
-        batch = self.delivery(self._collation.host)
-        stats.batch(self._collation.npy, waited=toc - tic,
-                    collected=requests.time_collect - stats["time_collect"],
-                    worker_waited=requests.time_worker_wait
-                    - stats["time_worker_wait"],
-                    collated=time.perf_counter() - toc, version=version,
-                    lag=version - min(a.version for a in taken))
-        stats["dropped"] = requests.ready.dropped
-        stats["restarts"] = supervisor.restarts
-        return batch
-
-    def poll(self, timeout=0.0):
-        """The number of fragments ready for the next batch, waiting up to
-        ``timeout`` seconds for one if there is none; raises the worker
-        errors that :meth:`__next__` would."""
-        if self.status is Status.CLOSED:
-            return 0
-        return self._guarded(self._poll, timeout)
-
-    def _poll(self, timeout):
-        ready, deadline = self._requests.ready, time.monotonic() + timeout
-        self._supervisor.pump(0, "fragments")
-        while not len(ready) and time.monotonic() < deadline:
-            self._supervisor.pump(max(0.0, deadline - time.monotonic()),
-                                  "fragments")
-        return len(ready)
 
     def _close(self, graceful):
         if self._supervisor is not None:
             self._supervisor.shutdown(graceful)
-        self._requests.fragments.clear()
-        self._requests.ready.close()
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source.close()
         self.delivery.close()
         if self.params is not None:
             self.params.close()
             self.params = None
 
 
-def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-            n_per_batch, *, entropy=None, sticky=False, env_info=None,
-            final=True, device=None, pinned=False, copy=False, max_lag=None,
-            check_spaces="first", timeout=TIMEOUT,
-            start_timeout=START_TIMEOUT, shutdown_timeout=SHUTDOWN_TIMEOUT,
-            restarts=0, restart_delay=RESTART_DELAY, address=None,
-            actor_options=None):
-    """Collect fragments in ``n_actors`` Ray actors, on any nodes of a Ray
-    cluster, and yield batches of ``n_per_batch`` of them.
-
-    Takes the arguments of :func:`rlplay.engine.rollout.multi.rollout`
-    with the same meanings (but ``start_method``: Ray starts the
-    workers), a worker being a Ray actor and ``n_buffers`` the number of
-    requests in flight (see the module docstring), and these:
-
-    Parameters
-    ----------
-    address : str, optional
-        The Ray cluster to join (``ray.init(address=...)``, e.g.
-        ``"10.0.0.1:6379"``) unless this process has joined one already.
-        ``None``: the cluster that ``RAY_ADDRESS`` names, else a new local
-        one for this machine. Ray is shut down on ``close()`` only if
-        rlplay started it (and no other rollout uses it).
-    actor_options : dict, optional
-        Options of each worker's Ray actor (``num_cpus``, ``resources``,
-        ``scheduling_strategy``, ``runtime_env``...; ``max_restarts`` is
-        refused: see ``restarts``); by default one CPU each, spread over
-        the nodes. The factory and the actor travel cloudpickled: the
-        packages they use must exist on every node or come in a
-        ``runtime_env``.
-
-    Yields
-    ------
-    batch : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
-        As ``multi.rollout``'s: slot ``s`` holds one fragment; reused,
-        valid until the next ``next()``, unless ``copy=True``.
-
-    Raises
-    ------
-    ImportError
-        Ray is not installed.
-    ValueError, TypeError, RuntimeError
-        As ``multi.rollout``; also bad ``actor_options``.
-    WorkerError, WorkerDied, RolloutTimeout
-        From ``next()``: see the module docstring.
-
-    Examples
-    --------
-    >>> import functools, gymnasium, torch.nn as nn
-    >>> from contextlib import closing
-    >>> from rlplay.engine import PolicyActor
-    >>> actor = PolicyActor(nn.Linear(4, 2))
-    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
-    >>> feed = rollout(factory, actor, 16, n_actors=2, n_per_actor=2,
-    ...                n_buffers=4, n_per_batch=2, entropy=0)
-    >>> with closing(feed):
-    ...     batch = next(feed)
-    >>> tuple(batch.state.obs.shape)
-    (17, 4, 4)
-    """
-    return Rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-                   n_per_batch, entropy=entropy, sticky=sticky,
-                   env_info=env_info, final=final, device=device,
-                   pinned=pinned, copy=copy, max_lag=max_lag,
-                   check_spaces=check_spaces, timeout=timeout,
-                   start_timeout=start_timeout,
-                   shutdown_timeout=shutdown_timeout, restarts=restarts,
-                   restart_delay=restart_delay, address=address,
-                   actor_options=actor_options)
+rollout = Rollout

@@ -56,20 +56,14 @@ from collections import namedtuple
 from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR, seed_sequence
 from ..utils.mp import Cloudpickled, check_timeouts, get_context
-from ._base import Breakable, Deadline, Status, check_arguments
+from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
+                    START_TIMEOUT, Breakable, Deadline, Status,
+                    check_arguments)
 from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
 from ._params import SharedParams, cpu_copy
-from ._supervisor import RESTART_DELAY, Supervised
+from ._supervisor import Supervised
 
-__all__ = ["Evaluator", "Evaluation", "TIMEOUT", "START_TIMEOUT",
-           "SHUTDOWN_TIMEOUT"]
-
-# the longest result() waits for one evaluation by default (seconds)
-TIMEOUT = 300.0
-# extra time allowed for the worker's start-up before the first result
-START_TIMEOUT = 60.0
-# how long close() waits for the worker to stop on its own (seconds)
-SHUTDOWN_TIMEOUT = 5.0
+__all__ = ["Evaluator", "Evaluation"]
 
 Evaluation = namedtuple("Evaluation", "returns lengths version")
 Evaluation.__doc__ = """The result of one evaluation.
@@ -81,10 +75,10 @@ version : int
 """
 
 
-class _Requests:
-    """The evaluator's side of the protocol that the supervisor calls: the
-    outstanding request and the result that arrived (no reference to the
-    evaluator, so that the supervisor's exit handler may hold it)."""
+class _EvaluationRequests:
+    """The protocol that the evaluator's supervisor serves: the outstanding
+    request and the result that arrived (no reference to the evaluator, so
+    that the supervisor's exit handler may hold it)."""
 
     def __init__(self, spec, params, evaluation):
         self.spec, self.params, self.evaluation = spec, params, evaluation
@@ -95,9 +89,13 @@ class _Requests:
         # a replacement plays the outstanding request again at once
         pending = self.count if self.version is not None \
             and self.result is None else None
-        return WorkerConfig(self.spec, 0, EVAL_COLLECTOR, generation, 0,
-                            self.params, None, [],
-                            (*self.evaluation, pending), 1)
+        return WorkerConfig(
+            spec=self.spec, index=0, collector=EVAL_COLLECTOR,
+            generation=generation, seq=0, params=self.params, buffers=None,
+            free=[], evaluation=(*self.evaluation, pending), threads=1)
+
+    def on_started(self, w):
+        """The worker was started (it plays a pending request at once)."""
 
     def on_message(self, w, message):
         if isinstance(message, Result):
@@ -175,7 +173,7 @@ class Evaluator(Supervised, Breakable):
 
     def __init__(self, factory, actor, *, n_envs=1, n_episodes=10,
                  entropy=None, max_steps=None, start_method=None,
-                 timeout=TIMEOUT, start_timeout=START_TIMEOUT,
+                 timeout=EVALUATION_TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY):
         check_arguments(
@@ -192,10 +190,12 @@ class Evaluator(Supervised, Breakable):
         entropy = seed_sequence(entropy)
         self.timeout, self.start_timeout = timeout, start_timeout
         self.params = SharedParams(actor, mp_ctx)
-        spec = SessionSpec(Cloudpickled(factory), Cloudpickled(cpu_copy(actor)),
-                           entropy, int(n_envs), False, "first")
-        self._requests = _Requests(spec, self.params,
-                                   (int(n_episodes), max_steps))
+        spec = SessionSpec(
+            factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
+            entropy=entropy, n_envs=int(n_envs), sticky=False,
+            check_spaces="first")
+        self._requests = _EvaluationRequests(spec, self.params,
+                                             (int(n_episodes), max_steps))
         self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,
                       "restarts": 0, "workers": self._requests.accounts}
         self._supervise(mp_ctx, 1, self._requests, name="rlplay-evaluate",

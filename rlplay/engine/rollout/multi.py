@@ -67,6 +67,11 @@ once, on the host (page-locked with ``pinned=True``) or, with a CUDA
 page-locked staging batch; it is reused, valid until the next ``next()``,
 unless ``copy=True``.
 
+The learner's side of this protocol (publish, wait, drop, collate, hand
+back, deliver) is :class:`~._gather.Gathered`, shared with
+:mod:`.cluster`; the pool (:class:`~._buffers.SharedBuffers`) is its
+source of ready fragments.
+
 Waits and errors: ``timeout`` bounds the time ``next()`` waits without
 news from any worker, every wait inside it included (the parameter lock,
 which a worker killed while loading would never release, and the gather);
@@ -95,201 +100,30 @@ Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
 """
-import time
-
-from ..errors import RolloutTimeout
 from ..seeds import seed_sequence
 from ..utils.mp import Cloudpickled, get_context
-from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
-                    Generator, Stats, Status, check_arguments, probe_layout)
+from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
+                    Stats, check_arguments, probe_layout)
 from ._batch import Collation, check_hx_dim
 from ._buffers import SharedBuffers
-from ._collector import Give, SessionSpec
+from ._collector import SessionSpec
 from ._delivery import Delivery
+from ._gather import Gathered, check_pool
 from ._params import SharedParams, cpu_copy
-from ._supervisor import RESTART_DELAY, Supervised
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout(Supervised, Generator):
-    """An endless iterator of batches collated from worker processes.
-
-    Use :func:`rollout` (which documents the arguments). A context
-    manager; ``close()`` is idempotent, and dropping it (or the
-    interpreter's exit) closes it.
-
-    Attributes
-    ----------
-    params : SharedParams
-        The shared copy of the actor's parameters (``None`` once closed).
-    version : int
-        The parameter version published by the last ``next()``.
-    pids : list of int
-        The workers' process ids (of their current generation).
-    stats : dict
-        The keys of :class:`~._base.Stats`; ``workers`` holds per worker
-        the fragments ``received``, ``delivered``, ``dropped``,
-        ``discarded`` (received, undelivered at close), ``collected``
-        (its own count, once it stopped cleanly), ``restarts``, ``lost``
-        and ``last_cause``.
-    """
-
-    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, entropy=None, sticky=False,
-                 env_info=None, final=True, device=None, pinned=False,
-                 copy=False, max_lag=None, check_spaces="first",
-                 start_method=None, timeout=TIMEOUT,
-                 start_timeout=START_TIMEOUT,
-                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY):
-        check_arguments(
-            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
-                           ("n_per_actor", n_per_actor, 1),
-                           ("n_buffers", n_buffers, 1),
-                           ("n_per_batch", n_per_batch, 1)]
-            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
-            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
-                          shutdown_timeout=shutdown_timeout),
-            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay)
-        if n_buffers < n_per_batch:
-            raise ValueError(
-                f"n_buffers={n_buffers} cannot form a batch of n_per_batch="
-                f"{n_per_batch} fragments: the pool needs n_buffers >= "
-                f"n_per_batch (and n_per_batch + n_actors = "
-                f"{n_per_batch + n_actors} keeps every worker busy while "
-                f"the learner collates)")
-        self.delivery = Delivery(device, pinned, copy)
-        self.device = self.delivery.device
-        mp_ctx = get_context(start_method)
-        entropy = seed_sequence(entropy)  # one root for every worker
-        self.actor, self.max_lag = actor, max_lag
-        self.n_per_batch = n_per_batch
-        self.timeout, self.start_timeout = timeout, start_timeout
-
-        # the workers' actor, on the CPU; the buffers are sized with it here
-        # from a probe env that the factory makes and we close at once
-        worker_actor = cpu_copy(actor)
-        template = probe_layout(factory, worker_actor, n_steps, n_per_actor,
-                                entropy, env_info=env_info, final=final)
-        hx_dim = getattr(actor, "hx_dim", 1)
-        check_hx_dim(template.hx, hx_dim, n_per_actor)
-        spec = SessionSpec(Cloudpickled(factory), Cloudpickled(worker_actor),
-                           entropy, n_per_actor, sticky, check_spaces)
-        self.params = SharedParams(actor, mp_ctx)
-        try:
-            self._pool = SharedBuffers(
-                template, n_buffers, n_actors, spec, self.params,
-                what=f"a pool of {n_buffers} buffers for {n_actors} workers",
-                start_method=mp_ctx.get_start_method())
-            self._collation = Collation(template, hx_dim, n_per_batch,
-                                        self.delivery.host_pinned)
-            self._sources = [Collation.sources(buffer.npy)
-                             for buffer in self._pool.buffers]
-            self.stats = Stats(self._pool.accounts)
-        except BaseException:
-            self._close(graceful=False)
-            raise
-        self._supervise(mp_ctx, n_actors, self._pool, name="rlplay-multi",
-                        restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout)
-
-    @property
-    def version(self):
-        """The parameter version published by the last ``next()``."""
-        return self.stats["version"]
-
-    def _next(self):
-        # the rows "next() #k" of the timeline in the module docstring
-        pool, supervisor, stats = self._pool, self._supervisor, self.stats
-        tic = stats.begin()
-        what = f"batch {stats['batches']}"
-        deadline = Deadline(self._bound())
-        supervisor.pump(0, what)  # deaths are reported at once
-        version = self.params.publish(
-            self.actor, check=lambda: supervisor.check(what),
-            timeout=deadline.lock_timeout())
-        taken = []
-
-        def enough():
-            taken.extend(pool.ready.take(self.n_per_batch - len(taken),
-                                         version, self.max_lag, self._recycle))
-            return len(taken) == self.n_per_batch
-
-        if not self._await(enough, what, deadline):
-            pool.ready.give_back(taken)
-            raise RolloutTimeout(
-                f"no fragment for {what} within {deadline.bound} s "
-                f"({len(taken)} of {self.n_per_batch} in hand) although "
-                f"the {len(self.pids)} workers are alive; raise "
-                f"timeout= for slow envs")
-        toc = time.perf_counter()
-        self.delivery.wait()  # the last device copy read the host batch
-        self._collation.collate([self._sources[a.index] for a in taken])
-        pool.ready.delivered(taken)
-        self._give([a.index for a in taken])
-        batch = self.delivery(self._collation.host)
-        stats.batch(self._collation.npy, waited=toc - tic,
-                    collected=pool.time_collect - stats["time_collect"],
-                    worker_waited=pool.time_worker_wait
-                    - stats["time_worker_wait"],
-                    collated=time.perf_counter() - toc, version=version,
-                    lag=version - min(a.version for a in taken))
-        stats["dropped"] = pool.ready.dropped
-        stats["restarts"] = supervisor.restarts
-        return batch
-
-    def _give(self, indices):
-        for w, indices in self._pool.assign(indices).items():
-            if self._supervisor.workers[w].process is not None:
-                self._supervisor.send(w, Give(indices))
-            # else: a replacement on its way takes them at start
-
-    def _recycle(self, arrival):
-        self._give([arrival.index])  # a stale fragment's buffer
-
-    def poll(self, timeout=0.0):
-        """The number of fragments ready for the next batch, waiting up to
-        ``timeout`` seconds for one if there is none.
-
-        Raises the worker errors that :meth:`__next__` would.
-        """
-        if self.status is Status.CLOSED:
-            return 0
-        return self._guarded(self._poll, timeout)
-
-    def _poll(self, timeout):
-        pool, deadline = self._pool, time.monotonic() + timeout
-        self._supervisor.pump(0, "fragments")
-        while not len(pool.ready):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._supervisor.pump(remaining, "fragments")
-        return len(pool.ready)
-
-    def _close(self, graceful):
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None:
-            supervisor.shutdown(graceful)
-        if getattr(self, "_pool", None) is not None:
-            self._sources = None
-            self._pool.close()
-        self.delivery.close()
-        if self.params is not None:
-            self.params.close()
-            self.params = None
-
-
-def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-            n_per_batch, *, entropy=None, sticky=False, env_info=None,
-            final=True, device=None, pinned=False, copy=False, max_lag=None,
-            check_spaces="first", start_method=None, timeout=TIMEOUT,
-            start_timeout=START_TIMEOUT, shutdown_timeout=SHUTDOWN_TIMEOUT,
-            restarts=0, restart_delay=RESTART_DELAY):
+class Rollout(Gathered):
     """Collect fragments in ``n_actors`` worker processes and yield batches
     of ``n_per_batch`` of them.
+
+    An endless iterator and a context manager; ``close()`` is idempotent,
+    and dropping it (or the interpreter's exit) closes it. The keywords
+    every generator shares (``entropy``, ``sticky``, ``env_info``,
+    ``final``, ``device``, ``pinned``, ``copy``, ``check_spaces``,
+    ``start_method``, the timeouts, ``restarts``, ``restart_delay``) are
+    documented once, in :mod:`rlplay.engine.rollout`.
 
     Parameters
     ----------
@@ -313,53 +147,18 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
         the progress rule in the module docstring).
     n_per_batch : int
         Fragments collated into one batch.
-    entropy : int, optional
-        Seeds the run reproducibly: worker ``i`` is collector ``i`` of
-        :mod:`rlplay.engine.envs` (worker 0 reproduces ``same.rollout``).
-    sticky, env_info, final
-        As in :func:`rlplay.engine.rollout.same.rollout`.
-    device : str or torch.device, optional
-        Deliver batches on this device, through non-blocking copies from
-        page-locked memory; a CUDA device without CUDA raises
-        ``RuntimeError`` at once.
-    pinned : bool
-        Deliver batches in page-locked host memory; needs CUDA.
-    copy : bool
-        Yield a fresh copy of each batch instead of the reused one.
     max_lag : int, optional
         Drop fragments collected with a parameter version older than the
         current one minus ``max_lag`` (``0``: only fragments collected with
         the parameters of this very ``next()``); counted in ``stats``.
-    check_spaces : {'first', 'always', 'never'}
-        Check actions and observations against their spaces during each
-        worker's first fragment (default), on every step, or never (see
-        :func:`rlplay.engine.core.collect`).
-    start_method : str, optional
-        ``'fork'``, ``'spawn'`` or ``'forkserver'`` (the default). Under
-        ``spawn`` and ``forkserver`` a script must create the rollout
-        under ``if __name__ == "__main__":``.
-    timeout : float or None
-        Seconds ``next()`` waits without news from any worker, every wait
-        inside it included (the parameter lock too), before raising
-        ``RolloutTimeout``; ``None``: no deadline, as long as they live.
-    start_timeout : float or None
-        Extra seconds allowed while a worker starts (the first batch, a
-        replacement; ``None`` adds nothing).
-    shutdown_timeout : float
-        Seconds ``close()`` waits for the workers before terminating them.
-    restarts : int
-        The budget of worker replacements for the run (0: the first
-        failure raises); see the module docstring.
-    restart_delay : float
-        Seconds before a replacement starts.
 
     Yields
     ------
     batch : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
         Slot ``s`` (env columns ``s * B .. (s + 1) * B - 1``) holds one
-        fragment; ``meta`` tells its worker, envs, sequence number and
-        parameter version. The batch is reused, valid until the next
-        ``next()``, unless ``copy=True``.
+        fragment; ``meta`` tells its worker, envs, sequence number,
+        generation and parameter version. The batch is reused, valid until
+        the next ``next()``, unless ``copy=True``.
 
     Raises
     ------
@@ -376,6 +175,21 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     WorkerError, WorkerDied, RolloutTimeout
         From ``next()``: see the module docstring.
 
+    Attributes
+    ----------
+    params : SharedParams
+        The shared copy of the actor's parameters (``None`` once closed).
+    version : int
+        The parameter version published by the last ``next()``.
+    pids : list of int
+        The workers' process ids (of their current generation).
+    stats : dict
+        The keys of :class:`~._base.Stats`; ``workers`` holds per worker
+        the fragments ``received``, ``delivered``, ``dropped``,
+        ``discarded`` (received, undelivered at close), ``collected``
+        (its own count, once it stopped cleanly), ``restarts``, ``lost``
+        and ``last_cause``.
+
     Examples
     --------
     >>> import functools, gymnasium, torch.nn as nn
@@ -390,11 +204,71 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     >>> tuple(batch.state.obs.shape)
     (17, 4, 4)
     """
-    return Rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-                   n_per_batch, entropy=entropy, sticky=sticky,
-                   env_info=env_info, final=final, device=device,
-                   pinned=pinned, copy=copy, max_lag=max_lag,
-                   check_spaces=check_spaces, start_method=start_method,
-                   timeout=timeout, start_timeout=start_timeout,
-                   shutdown_timeout=shutdown_timeout, restarts=restarts,
-                   restart_delay=restart_delay)
+
+    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
+                 n_buffers, n_per_batch, *, entropy=None, sticky=False,
+                 env_info=None, final=True, device=None, pinned=False,
+                 copy=False, max_lag=None, check_spaces="first",
+                 start_method=None, timeout=TIMEOUT,
+                 start_timeout=START_TIMEOUT,
+                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
+                 restart_delay=RESTART_DELAY):
+        check_arguments(
+            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
+                           ("n_per_actor", n_per_actor, 1),
+                           ("n_buffers", n_buffers, 1),
+                           ("n_per_batch", n_per_batch, 1)]
+            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
+            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
+                          shutdown_timeout=shutdown_timeout),
+            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
+            restart_delay=restart_delay)
+        check_pool(n_buffers, n_per_batch, n_actors)
+        self.delivery = Delivery(device, pinned, copy)
+        self.device = self.delivery.device
+        mp_ctx = get_context(start_method)
+        entropy = seed_sequence(entropy)  # one root for every worker
+        self.actor, self.max_lag = actor, max_lag
+        self.n_per_batch = n_per_batch
+        self.timeout, self.start_timeout = timeout, start_timeout
+
+        # the workers' actor, on the CPU; the buffers are sized with it here
+        # from a probe env that the factory makes and we close at once
+        worker_actor = cpu_copy(actor)
+        template = probe_layout(factory, worker_actor, n_steps, n_per_actor,
+                                entropy, env_info=env_info, final=final)
+        hx_dim = getattr(actor, "hx_dim", 1)
+        check_hx_dim(template.hx, hx_dim, n_per_actor)
+        spec = SessionSpec(
+            factory=Cloudpickled(factory), actor=Cloudpickled(worker_actor),
+            entropy=entropy, n_envs=n_per_actor, sticky=sticky,
+            check_spaces=check_spaces)
+        self.params = SharedParams(actor, mp_ctx)
+        try:
+            self._source = SharedBuffers(
+                template, n_buffers, n_actors, spec, self.params,
+                what=f"a pool of {n_buffers} buffers for {n_actors} workers",
+                start_method=mp_ctx.get_start_method())
+            self._collation = Collation(template, hx_dim, n_per_batch,
+                                        self.delivery.host_pinned)
+            self.stats = Stats(self._source.accounts)
+        except BaseException:
+            self._close(graceful=False)
+            raise
+        self._supervise(mp_ctx, n_actors, self._source, name="rlplay-multi",
+                        restarts=restarts, restart_delay=restart_delay,
+                        shutdown_timeout=shutdown_timeout)
+
+    def _close(self, graceful):
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None:
+            supervisor.shutdown(graceful)
+        if getattr(self, "_source", None) is not None:
+            self._source.close()
+        self.delivery.close()
+        if self.params is not None:
+            self.params.close()
+            self.params = None
+
+
+rollout = Rollout

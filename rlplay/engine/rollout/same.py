@@ -19,99 +19,32 @@ actor are raised directly in the caller (a failed set-up closes the envs it
 made); an error, or Ctrl-C, inside ``next()`` breaks the generator, and
 later calls raise it again (see :mod:`._base`). ``close()`` closes the
 envs.
+
+The collection is the worker session of every other generator
+(:class:`~._collector.Session`, collector 0, generation 0), driven here in
+the caller's process: seeding, ``meta`` and the env batch are made as a
+worker makes them.
 """
 import time
 
 import torch
 
-from ..core import collect, prepare, startup
-from ..envs import close_envs, make_envs
-from ..seeds import (collector_seed_sequence, env_seed_sequences,
-                     seed_sequence, torch_seed)
+from ..core import prepare
+from ..seeds import collector_seed_sequence, seed_sequence, torch_seed
 from ._base import Generator, Stats, check_arguments
+from ._collector import Session, SessionSpec
 from ._delivery import Delivery
 
 __all__ = ["rollout", "Rollout"]
 
 
 class Rollout(Generator):
-    """An endless iterator of fragments collected in this process.
-
-    Use :func:`rollout` (which documents the arguments). ``close()`` is
-    idempotent; the object is a context manager too.
-
-    Attributes
-    ----------
-    envs : list of gymnasium.Env
-    buffer : Aliased
-        The host buffer (numpy and torch views).
-    stats : dict
-        The keys of :class:`~._base.Stats`; here ``time_learner_wait``
-        equals ``time_collect``, ``time_worker_wait``, ``lag``,
-        ``dropped`` and ``restarts`` are 0 and ``workers`` is empty.
-    """
-
-    def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
-                 sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=False, check_spaces="first"):
-        # before any env is made
-        check_arguments(actor, counts=[("n_steps", n_steps, 1),
-                                       ("n_envs", n_envs, 1)],
-                        sticky=sticky, check_spaces=check_spaces)
-        self.delivery = Delivery(device, pinned, copy)
-        entropy = seed_sequence(entropy)  # one root for envs and actor
-        seeds = env_seed_sequences(entropy, int(n_envs))
-        self.envs = make_envs(factory, seeds)
-        self.actor, self.sticky = actor, sticky
-        self.check_spaces = check_spaces
-        try:
-            # sizing calls the actor virtually: keep that off every stream
-            with torch.random.fork_rng(devices=[]):
-                self.buffer = prepare(self.envs[0], actor, n_steps, n_envs,
-                                      env_info=env_info, final=final,
-                                      pinned=self.delivery.host_pinned)
-            # the actor samples from a torch stream of its own, seeded from
-            # the run's entropy exactly as a worker process seeds its
-            # global one, so that same and single collect the same data
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(torch_seed(
-                    collector_seed_sequence(entropy, 0)))
-                self.ctx = startup(self.envs, actor, self.buffer, seeds)
-                self._rng = torch.get_rng_state()
-        except BaseException:
-            try:
-                close_envs(self.envs)
-            except Exception:  # noqa: BLE001 - the set-up error wins
-                pass
-            raise
-        self.device = self.delivery.device
-        self.stats = Stats()
-
-    def _next(self):
-        stats = self.stats
-        tic = stats.begin()
-        self.delivery.wait()  # the buffer may still feed a device copy
-        with torch.random.fork_rng(devices=[]):
-            torch.set_rng_state(self._rng)
-            collect(self.actor, self.buffer, self.ctx, sticky=self.sticky,
-                    version=stats["batches"], check_spaces=self.check_spaces)
-            self._rng = torch.get_rng_state()
-        elapsed = time.perf_counter() - tic
-        # in this process the learner waits for every fragment it gets
-        stats.batch(self.buffer.npy, waited=elapsed, collected=elapsed,
-                    version=stats["batches"])
-        return self.delivery(self.buffer.pyt)
-
-    def _close(self, graceful):
-        """Close the envs."""
-        self.delivery.close()
-        close_envs(self.envs, quiet=not graceful)  # called once
-
-
-def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
-            env_info=None, final=True, device=None, pinned=False,
-            copy=False, check_spaces="first"):
     """Collect fragments in this process, one per ``next()``.
+
+    An endless iterator and a context manager; ``close()`` is idempotent.
+    The keywords every generator shares (``entropy``, ``sticky``,
+    ``env_info``, ``final``, ``device``, ``pinned``, ``copy``,
+    ``check_spaces``) are documented once, in :mod:`rlplay.engine.rollout`.
 
     Parameters
     ----------
@@ -119,40 +52,30 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
         Builds one Gymnasium env; called ``n_envs`` times (with ``seed=``
         if it accepts it).
     actor : BaseActorModule
-        Runs on the CPU, under ``torch.no_grad()``, in its current mode.
+        Runs on the CPU, under ``torch.no_grad()``, in its current mode,
+        drawing from a torch random stream of the rollout's own (seeded
+        from ``entropy`` as a worker of ``single`` seeds its global one);
+        the caller's global torch generator is left untouched.
     n_steps : int
         ``T``, the steps per fragment.
     n_envs : int
         ``B``, the envs stepped together.
-    entropy : int, optional
-        Seeds the run reproducibly: the envs and their spaces (see
-        :mod:`rlplay.engine.envs`) and a torch random stream of the
-        rollout's own, which the actor draws from while it collects (as a
-        worker of ``single.rollout`` seeded with the same ``entropy`` does);
-        the caller's global torch generator is left untouched.
-    sticky : bool
-        Freeze an env for the rest of a fragment once its episode ended.
-    env_info : dict, optional
-        Env info keys to record, ``{key: example value}``.
-    final : bool
-        Record final observations.
-    device : str or torch.device, optional
-        Deliver batches on this device (copied non-blocking from pinned host
-        memory); a CUDA device without CUDA raises ``RuntimeError``.
-    pinned : bool
-        Collect into page-locked host memory; needs CUDA.
-    copy : bool
-        Yield a fresh copy of each batch instead of the reused buffer.
-    check_spaces : {'first', 'always', 'never'}
-        Check actions and observations against their spaces during the
-        first fragment (default), on every step, or never (see
-        :func:`rlplay.engine.core.collect`).
 
     Yields
     ------
     batch : Fragment of tensors, shape = (1 + T, B, ...)
         The buffer itself (or its device copy), valid until the next
         ``next()``, unless ``copy=True``.
+
+    Attributes
+    ----------
+    envs : EnvBatch
+    buffer : Aliased
+        The host buffer (numpy and torch views).
+    stats : dict
+        The keys of :class:`~._base.Stats`; here ``time_learner_wait``
+        equals ``time_collect``, ``time_worker_wait``, ``lag``,
+        ``dropped`` and ``restarts`` are 0 and ``workers`` is empty.
 
     Examples
     --------
@@ -166,8 +89,62 @@ def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
     >>> tuple(batch.state.obs.shape)
     (17, 2, 4)
     """
-    return Rollout(factory, actor, n_steps, n_envs, entropy=entropy,
-                   sticky=sticky, env_info=env_info, final=final,
-                   device=device, pinned=pinned, copy=copy,
-                   check_spaces=check_spaces)
 
+    def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
+                 sticky=False, env_info=None, final=True, device=None,
+                 pinned=False, copy=False, check_spaces="first"):
+        # before any env is made
+        check_arguments(actor, counts=[("n_steps", n_steps, 1),
+                                       ("n_envs", n_envs, 1)],
+                        sticky=sticky, check_spaces=check_spaces)
+        self.delivery = Delivery(device, pinned, copy)
+        entropy = seed_sequence(entropy)  # one root for envs and actor
+        self.session = Session(SessionSpec(
+            factory=factory, actor=actor, entropy=entropy, n_envs=int(n_envs),
+            sticky=sticky, check_spaces=check_spaces), index=0, collector=0)
+        self.session.start(in_process=True)
+        self.envs, self.actor = self.session.envs, actor
+        try:
+            # sizing calls the actor virtually: keep that off every stream
+            with torch.random.fork_rng(devices=[]):
+                self.buffer = prepare(self.envs, actor, n_steps, n_envs,
+                                      env_info=env_info, final=final,
+                                      pinned=self.delivery.host_pinned)
+            # the actor samples from a torch stream of its own, seeded from
+            # the run's entropy exactly as a worker process seeds its
+            # global one, so that same and single collect the same data
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(torch_seed(
+                    collector_seed_sequence(entropy, 0)))
+                self.session.begin(self.buffer)
+                self._rng = torch.get_rng_state()
+        except BaseException:
+            try:
+                self.session.close(quiet=False)
+            except Exception:  # noqa: BLE001 - the set-up error wins
+                pass
+            raise
+        self.device = self.delivery.device
+        self.stats = Stats()
+
+    def _next(self):
+        stats = self.stats
+        tic = stats.begin()
+        self.delivery.wait()  # the buffer may still feed a device copy
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._rng)
+            self.session.fill(self.buffer, version=stats["batches"])
+            self._rng = torch.get_rng_state()
+        elapsed = time.perf_counter() - tic
+        # in this process the learner waits for every fragment it gets
+        stats.batch(self.buffer.npy, waited=elapsed, collected=elapsed,
+                    version=stats["batches"])
+        return self.delivery(self.buffer.pyt)
+
+    def _close(self, graceful):
+        """Close the envs."""
+        self.delivery.close()
+        self.session.close(quiet=not graceful)  # called once
+
+
+rollout = Rollout

@@ -87,22 +87,66 @@ import time
 from ..errors import RolloutTimeout
 from ..seeds import seed_sequence
 from ..utils.mp import Cloudpickled, get_context
-from ._base import (SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT, Deadline,
-                    Generator, Stats, check_arguments, probe_layout)
+from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
+                    Deadline, Generator, Stats, check_arguments,
+                    probe_layout)
 from ._buffers import SharedBuffers
-from ._collector import Give, SessionSpec
+from ._collector import SessionSpec
 from ._delivery import Delivery
 from ._params import SharedParams, cpu_copy
-from ._supervisor import RESTART_DELAY, Supervised
+from ._supervisor import Supervised
 
 __all__ = ["rollout", "Rollout"]
 
 
 class Rollout(Supervised, Generator):
-    """An endless iterator of fragments collected by one worker process.
+    """Collect fragments in one worker process, double-buffered.
 
-    Use :func:`rollout` (which documents the arguments). A context
-    manager; ``close()`` is idempotent, and dropping it closes it too.
+    Takes the arguments of :class:`rlplay.engine.rollout.same.Rollout`, and
+    yields the same fragments (for the same ``entropy`` and parameters),
+    collected one batch behind the learner's parameters. An endless
+    iterator and a context manager; ``close()`` is idempotent, and
+    dropping it closes it too. The keywords every generator shares are
+    documented once, in :mod:`rlplay.engine.rollout`.
+
+    Parameters
+    ----------
+    factory : callable
+        Builds one Gymnasium env. It is called once in this process, for a
+        probe env that sizes the buffers and is closed at once (an
+        exception there is raised here, as by ``same``), then ``n_envs``
+        times in the worker. Shipped with cloudpickle, so lambdas and
+        closures work with every start method.
+    actor : BaseActorModule
+        The learner's actor (on any device). The worker runs a CPU copy,
+        under ``torch.no_grad()``, and before each fragment loads the
+        parameters and the train/eval mode the learner's actor had at the
+        last ``next()``.
+    n_steps : int
+        ``T``, the steps per fragment.
+    n_envs : int
+        ``B``, the envs of the worker (seeded as ``same``'s envs: the
+        worker is collector 0 of ``entropy``).
+
+    Yields
+    ------
+    batch : Fragment of tensors, shape = (1 + T, B, ...)
+        The shared buffer itself (or its pinned or device copy), valid until
+        the next ``next()``, unless ``copy=True``. ``meta.version`` holds
+        ``max(k - 1, 0)`` for the ``k``-th batch.
+
+    Raises
+    ------
+    WorkerError
+        The worker raised (``exc_type``, ``type_name``,
+        ``remote_traceback`` tell what and where).
+    WorkerDied
+        The worker ended without a word (``exitcode``).
+    RolloutTimeout
+        No fragment within the bound while the worker lives.
+    ValueError
+        The actor's parameters and buffers changed since the start (they
+        cannot be published).
 
     Attributes
     ----------
@@ -118,6 +162,19 @@ class Rollout(Supervised, Generator):
         The keys of :class:`~._base.Stats` (``dropped`` is always 0 and
         ``lag`` 1 after the first batch); ``workers`` holds the one
         worker's counts.
+
+    Examples
+    --------
+    >>> import functools, itertools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
+    ...     batches = [batch.meta.version[0].item() for batch in
+    ...                itertools.islice(feed, 3)]
+    >>> batches
+    [0, 0, 1]
     """
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
@@ -146,54 +203,55 @@ class Rollout(Supervised, Generator):
         worker_actor = cpu_copy(actor)
         template = probe_layout(factory, worker_actor, n_steps, n_envs,
                                 entropy, env_info=env_info, final=final)
-        spec = SessionSpec(Cloudpickled(factory), Cloudpickled(worker_actor),
-                           entropy, n_envs, sticky, check_spaces)
+        spec = SessionSpec(
+            factory=Cloudpickled(factory), actor=Cloudpickled(worker_actor),
+            entropy=entropy, n_envs=n_envs, sticky=sticky,
+            check_spaces=check_spaces)
         self.params = SharedParams(actor, mp_ctx)
-        self._held = None  # the buffer the learner holds
+        self._held = None  # the arrival whose buffer the learner holds
         try:
-            self._pool = SharedBuffers(
+            self._shared = SharedBuffers(
                 template, 2, 1, spec, self.params,
                 what=f"two buffers of {n_steps} steps of {n_envs} envs",
                 start_method=mp_ctx.get_start_method())
-            self.buffers = tuple(self._pool.buffers)
-            self.stats = Stats(self._pool.accounts)
+            self.buffers = tuple(self._shared.buffers)
+            self.stats = Stats(self._shared.accounts)
         except BaseException:
             self._close(graceful=False)
             raise
-        self._supervise(mp_ctx, 1, self._pool, name="rlplay-single",
+        self._supervise(mp_ctx, 1, self._shared, name="rlplay-single",
                         restarts=restarts, restart_delay=restart_delay,
                         shutdown_timeout=shutdown_timeout)
 
     def _next(self):
         # one step of the protocol in the module docstring
-        pool, supervisor, stats = self._pool, self._supervisor, self.stats
+        shared, supervisor, stats = (self._shared, self._supervisor,
+                                     self.stats)
         tic = stats.begin()
         k = stats["batches"]
         what = f"fragment {k}"
         deadline = Deadline(self._bound())
         supervisor.pump(0, what)
-        if not self._await(lambda: len(pool.ready), what, deadline):
+        if not self._await(lambda: len(shared.ready), what, deadline):
             raise RolloutTimeout(
                 f"no {what} within {deadline.bound} s although the "
                 f"worker is alive; raise timeout= for slow envs")
-        arrival, = pool.ready.take(1, 0, None, None)
+        arrival, = shared.ready.take(1, 0, None, None)
         assert arrival.index == k % 2 and arrival.version == max(k - 1, 0), \
             arrival
-        pool.ready.delivered([arrival])
+        shared.ready.delivered([arrival])
         if k > 0:
             # publish only now (see the docstring), then hand back #k-1
             self.params.publish(
                 self.actor, check=lambda: supervisor.check(what),
                 timeout=deadline.lock_timeout())
-            pool.assign([self._held])
-            if supervisor.workers[0].process is not None:
-                supervisor.send(0, Give([self._held]))
-        self._held = arrival.index
+            shared.release([self._held], supervisor)
+        self._held = arrival
         waited = time.perf_counter() - tic
         batch = self.delivery.from_shared(self.buffers[arrival.index].pyt)
         stats.batch(self.buffers[arrival.index].npy, waited=waited,
-                    collected=pool.time_collect - stats["time_collect"],
-                    worker_waited=pool.time_worker_wait
+                    collected=shared.time_collect - stats["time_collect"],
+                    worker_waited=shared.time_worker_wait
                     - stats["time_worker_wait"], version=arrival.version,
                     lag=int(k > 0))
         stats["restarts"] = supervisor.restarts
@@ -204,120 +262,13 @@ class Rollout(Supervised, Generator):
         if supervisor is not None:
             supervisor.shutdown(graceful)
         self.delivery.close()  # no device copy may read freed memory
-        if getattr(self, "_pool", None) is not None:
+        if getattr(self, "_shared", None) is not None:
             self.buffers = None
-            self._pool.close()
+            self._shared.close()
         if self.params is not None:
             self.params.close()
             self.params = None
 
 
-def rollout(factory, actor, n_steps, n_envs, *, entropy=None, sticky=False,
-            env_info=None, final=True, device=None, pinned=False,
-            copy=False, check_spaces="first", start_method=None,
-            timeout=TIMEOUT, start_timeout=START_TIMEOUT,
-            shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-            restart_delay=RESTART_DELAY):
-    """Collect fragments in one worker process, double-buffered.
 
-    Takes the arguments of :func:`rlplay.engine.rollout.same.rollout`, and
-    yields the same fragments (for the same ``entropy`` and parameters),
-    collected one batch behind the learner's parameters.
-
-    Parameters
-    ----------
-    factory : callable
-        Builds one Gymnasium env. It is called once in this process, for a
-        probe env that sizes the buffers and is closed at once (an
-        exception there is raised here, as by ``same.rollout``), then
-        ``n_envs`` times in the worker. Shipped with cloudpickle, so
-        lambdas and closures work with every start method.
-    actor : BaseActorModule
-        The learner's actor (on any device). The worker runs a CPU copy,
-        under ``torch.no_grad()``, and before each fragment loads the
-        parameters and the train/eval mode the learner's actor had at the
-        last ``next()``.
-    n_steps : int
-        ``T``, the steps per fragment.
-    n_envs : int
-        ``B``, the envs of the worker.
-    entropy : int or SeedSequence, optional
-        Seeds the run; the worker's envs get the seeds ``same.rollout``
-        gives its envs, and its global generators are seeded from the
-        collector's own sequence.
-    sticky : bool
-        Freeze an env for the rest of a fragment once its episode ended.
-    env_info : dict, optional
-        Env info keys to record, ``{key: example value}``.
-    final : bool
-        Record final observations.
-    device : str or torch.device, optional
-        Deliver batches on this device, through a pinned staging copy and a
-        non-blocking copy; without CUDA a CUDA device raises
-        ``RuntimeError`` here. The worker always runs on the CPU.
-    pinned : bool
-        Deliver batches in page-locked host memory (a copy of the shared
-        buffer); needs CUDA.
-    copy : bool
-        Yield a fresh copy of each batch instead of the reused buffer.
-    check_spaces : {'first', 'always', 'never'}
-        Check actions and observations against their spaces during the
-        worker's first fragment (default), on every step, or never.
-    start_method : {'forkserver', 'spawn', 'fork'}, optional
-        Default ``forkserver`` (see :func:`rlplay.engine.utils.get_context`).
-        Under ``spawn`` and ``forkserver`` a script must create the rollout
-        under ``if __name__ == "__main__":``.
-    timeout : float or None
-        The longest ``next()`` waits without news from the worker while it
-        lives, the parameter lock included (``None``: no deadline).
-    start_timeout : float or None
-        Added to ``timeout`` while the worker starts (the first fragment,
-        a replacement; ``None`` adds nothing).
-    shutdown_timeout : float
-        How long ``close()`` waits for the worker before terminating it.
-    restarts : int
-        The budget of worker replacements for the run (0: the first
-        failure raises); see the module docstring.
-    restart_delay : float
-        Seconds before a replacement starts.
-
-    Yields
-    ------
-    batch : Fragment of tensors, shape = (1 + T, B, ...)
-        The shared buffer itself (or its pinned or device copy), valid until
-        the next ``next()``, unless ``copy=True``. ``meta.version`` holds
-        ``max(k - 1, 0)`` for the ``k``-th batch.
-
-    Raises
-    ------
-    WorkerError
-        The worker raised (``exc_type``, ``type_name``,
-        ``remote_traceback`` tell what and where).
-    WorkerDied
-        The worker ended without a word (``exitcode``).
-    RolloutTimeout
-        No fragment within the bound while the worker lives.
-    ValueError
-        The actor's parameters and buffers changed since the start (they
-        cannot be published).
-
-    Examples
-    --------
-    >>> import functools, itertools, gymnasium, torch.nn as nn
-    >>> from contextlib import closing
-    >>> from rlplay.engine import PolicyActor
-    >>> actor = PolicyActor(nn.Linear(4, 2))
-    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
-    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
-    ...     batches = [batch.meta.version[0].item() for batch in
-    ...                itertools.islice(feed, 3)]
-    >>> batches
-    [0, 0, 1]
-    """
-    return Rollout(factory, actor, n_steps, n_envs, entropy=entropy,
-                   sticky=sticky, env_info=env_info, final=final,
-                   device=device, pinned=pinned, copy=copy,
-                   check_spaces=check_spaces, start_method=start_method,
-                   timeout=timeout, start_timeout=start_timeout,
-                   shutdown_timeout=shutdown_timeout, restarts=restarts,
-                   restart_delay=restart_delay)
+rollout = Rollout

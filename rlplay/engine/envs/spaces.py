@@ -1,39 +1,29 @@
-"""The Gymnasium adapter: the only module that knows the Gymnasium API.
+"""Spaces: example leaves that size the buffers, placeholders, and a
+vectorised membership test.
 
-Gymnasium 1.x: ``reset(seed=...)`` returns ``(obs, info)`` and ``step(act)``
-returns ``(obs, reward, terminated, truncated, info)``. Spaces map to example
-leaves (zero arrays) that size the buffers: ``Box``, ``Discrete``,
-``MultiDiscrete``, ``MultiBinary`` and ``Dict``/``Tuple`` nestings of them;
-:func:`space_placeholder` gives a valid element of a space (what the first
-row of a fragment records as the action that led there), and
-:func:`space_checker` a vectorised membership test of a batch of elements
-(what collection runs on actions and observations, see
-:func:`rlplay.engine.core.collect`).
-
-Seeding (the tree is in :mod:`rlplay.engine.seeds`): each env is made
-(with ``seed=`` when the factory takes it) and first reset with the seed
-drawn from its own ``SeedSequence``, and its action and observation spaces
-are seeded from the same one, so that sampling from them is reproducible.
+Spaces map to example leaves (zero arrays) that size the buffers: ``Box``,
+``Discrete``, ``MultiDiscrete``, ``MultiBinary`` and ``Dict``/``Tuple``
+nestings of them; :func:`space_placeholder` gives a valid element of a
+space (what the first row of a fragment records as the action that led
+there), and :func:`space_checker` a vectorised membership test of a batch
+of elements (what collection runs on actions and observations, see
+:func:`rlplay.engine.core.collect`). :func:`info_example` lays out the env
+info keys a fragment records.
 """
 import functools
-import inspect
 import numbers
 
-import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from .nested import suply
-from .seeds import reset_seed
+from ..nested import suply
 
 __all__ = [
     "space_example",
     "space_placeholder",
     "space_checker",
-    "make_envs",
     "info_example",
-    "close_envs",
-    "reward",
+    "format_value",
 ]
 
 
@@ -214,7 +204,8 @@ def _outside_box(x, low, high):
     return bad
 
 
-def _format_value(value):
+def format_value(value):
+    """A short display of an array (or number) for messages."""
     value = np.asarray(value)
     if value.ndim == 0:
         return repr(value.item())
@@ -231,126 +222,11 @@ def _outside(name, space_name, path, leaf, value, bad):
     nan = value.dtype.kind in "fc" and bool(np.isnan(value).any())
     if value.size > 8:
         index = tuple(int(k) for k in np.argwhere(np.asarray(bad))[0])
-        return (f"{name}{at} holds {_format_value(value[index])} at "
+        return (f"{name}{at} holds {format_value(value[index])} at "
                 f"{list(index)}, outside {where}")
     if nan:
         return f"{name}{at} holds nan, outside {where}"
-    return f"{name}{at} {_format_value(value)} is outside {where}"
-
-
-def _accepts_seed(factory):
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    # only an explicit `seed` parameter: `gymnasium.make(**kwargs)` would
-    # forward it to the env's constructor, which may not take it
-    return "seed" in params and params["seed"].kind in (
-        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def make_envs(factory, seed_sequences):
-    """Build one env per seed sequence with ``factory`` and check each.
-
-    A factory with an explicit ``seed`` parameter receives its env's integer seed too.
-    The spaces of each env are seeded from its sequence.
-
-    Raises
-    ------
-    TypeError
-        ``factory`` is not callable or returns something that is not a
-        Gymnasium environment (no ``reset``/``step``/spaces).
-    Exception
-        Whatever ``factory`` raises, as it is. Envs already made are
-        closed first.
-    """
-    if not callable(factory):
-        raise TypeError(f"factory must be callable and return a Gymnasium "
-                        f"env, got {type(factory).__name__}")
-    pass_seed = _accepts_seed(factory)
-    envs = []
-    try:
-        for ss in seed_sequences:
-            seed = reset_seed(ss)
-            env = factory(seed=seed) if pass_seed else factory()
-            _check_env(env, factory)
-            env.action_space.seed(seed)
-            env.observation_space.seed(seed)
-            envs.append(env)
-    except BaseException:
-        # the envs made so far would leak otherwise; the original error wins
-        try:
-            close_envs(envs)
-        except Exception:  # noqa: BLE001
-            pass
-        raise
-    return envs
-
-
-def close_envs(envs, quiet=False):
-    """Close every env, even if some ``close()`` raise: the first error is
-    re-raised once all were tried, unless ``quiet`` (a worker that is
-    ending: nobody listens any more)."""
-    error = None
-    for env in envs:
-        try:
-            env.close()
-        except Exception as exc:  # noqa: BLE001 - re-raised below
-            error = error or exc
-    if error is not None and not quiet:
-        raise error
-
-
-def _check_env(env, factory):
-    missing = [name for name in ("reset", "step", "observation_space",
-                                 "action_space") if not hasattr(env, name)]
-    if missing or not isinstance(env.observation_space, gymnasium.Space) \
-            or not isinstance(env.action_space, gymnasium.Space):
-        raise TypeError(f"factory {factory!r} returned {type(env).__name__}, "
-                        f"which is not a Gymnasium env (missing or invalid: "
-                        f"{missing or 'spaces'})")
-
-
-def reset(env, seed=None):
-    """``env.reset(seed=seed)``, checked to return ``(obs, info)``."""
-    result = env.reset(seed=seed)
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise TypeError(f"{type(env).__name__}.reset() must return "
-                        f"(obs, info) as in Gymnasium 1.x, got "
-                        f"{type(result).__name__}")
-    return result
-
-
-def check_step(env, result):
-    """Check a ``step`` result is Gymnasium 1.x's 5-tuple; return it."""
-    if not (isinstance(result, tuple) and len(result) == 5):
-        raise TypeError(f"{type(env).__name__}.step() must return (obs, "
-                        f"reward, terminated, truncated, info) as in "
-                        f"Gymnasium 1.x, got {type(result).__name__} of "
-                        f"length {len(result) if isinstance(result, tuple) else '?'}")
-    return result
-
-
-def reward(value, j, t):
-    """``value``, the reward env ``j`` returned at step ``t``, as a Python
-    float: a real number (Python's or numpy's, a 0-d or one-element numeric
-    array too).
-
-    Raises
-    ------
-    TypeError
-        Anything else (a string, ``None``, an array of several values),
-        naming the env column and the step.
-    """
-    if type(value) is float:
-        return value
-    if isinstance(value, numbers.Real) and not isinstance(value, np.ndarray):
-        return float(value)
-    if isinstance(value, np.ndarray) and value.size == 1 \
-            and value.dtype.kind in "biuf":
-        return float(value.reshape(()))
-    raise TypeError(f"env {j} step {t}: the reward must be a real number, "
-                    f"got {type(value).__name__} {value!r}")
+    return f"{name}{at} {format_value(value)} is outside {where}"
 
 
 def info_example(spec):
