@@ -866,10 +866,9 @@ def episode_stats(fragment):
         to (:func:`acted`: rows ``1..T``, row 0 repeating the previous
         fragment), in row-major order.
     """
+    ended = np.asarray(acted(fragment) & fragment.state.fin)
     ret, length = fragment.stats
-    ret, length = np.asarray(ret[1:]), np.asarray(length[1:])
-    ended = length > 0  # ends at acted rows: frozen rows have no length
-    return ret[ended], length[ended]
+    return np.asarray(ret)[ended], np.asarray(length)[ended]
 
 
 @torch.no_grad()

@@ -17,10 +17,12 @@ Sticky fragments (``sticky=True``): after env ``j``'s episode ended at row
 ``t >= 1``, its rows ``t+1 .. T`` are frozen copies (``fin = True``,
 ``rew = 0``): they look like episodes of length one that end at once, so
 without a mask the return of an action in row ``t .. T-1`` would be 0 and its
-advantage ``-value``. Those actions were never executed: :func:`frozen`
-finds the frozen rows, and ``mask=frozen(fin)`` in :func:`returns` and
-:func:`gae` zeroes their results; leave the same rows out of a loss, e.g.
-with ``live = ~frozen(fin)[1:]``, shape ``(T, B)``.
+advantage ``-value``. Those actions were never executed: ``mask=`` of
+:func:`returns` and :func:`gae` zeroes their results. The rows an executed
+action led to are defined once, by :func:`rlplay.engine.core.acted` (``mask
+= ~acted(fragment)``, for any fragment); :func:`frozen` finds the same rows
+of a sticky fragment from ``fin`` alone. Leave the same rows out of a loss,
+e.g. with ``live = acted(fragment)[1:]``, shape ``(T, B)``.
 """
 import torch
 

@@ -123,24 +123,17 @@ class Evaluator(Supervised, Breakable):
         Envs played side by side.
     n_episodes : int
         Episodes per evaluation.
-    entropy : int or SeedSequence, optional
-        The run's seed (the evaluator's envs and generators use collector
-        index :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`).
     max_steps : int, optional
         Cut episodes at this many steps (at least 1).
-    start_method : {'forkserver', 'spawn', 'fork'}, optional
-    timeout : float or None
-        The default bound of :meth:`result` (``None``: no deadline, as
-        long as the worker lives).
-    start_timeout : float or None
-        Added to the default bound of :meth:`result` while the worker
-        starts (``None`` adds nothing).
-    shutdown_timeout : float
-        How long :meth:`close` waits before terminating the worker.
-    restarts : int
-        The budget of worker replacements (see the module docstring).
-    restart_delay : float
-        Seconds before a replacement starts.
+
+    The keywords every generator shares (``entropy``, ``start_method``,
+    the timeouts, ``restarts``, ``restart_delay``) are documented once, in
+    :mod:`rlplay.engine.rollout`; here ``timeout`` is the default bound of
+    :meth:`result` (300 s: the worker is silent for a whole evaluation),
+    ``start_timeout`` is added to it while the worker starts, the envs
+    and generators are seeded at collector index
+    :data:`~rlplay.engine.seeds.EVAL_COLLECTOR` of ``entropy``, and a
+    ``restarts`` replacement plays the outstanding evaluation again.
 
     Attributes
     ----------
