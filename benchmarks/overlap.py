@@ -41,18 +41,17 @@ and ``x_seq`` with ``_min`` and ``_max``).
     python benchmarks/overlap.py [--json] [--seconds 3] [--rounds 5]
 """
 import argparse
-import json
-import statistics
 import time
 from contextlib import closing
 
 import torch
 import torch.nn.functional as F
 
-from rlplay.engine.rollout import same
-# the throughput benchmark's env and actor (this folder is on sys.path when
+# the benchmarks' harness, env and actor (this folder is on sys.path when
 # a script in it runs)
-from throughput import MLPActor, make_cartpole
+from harness import print_json, stats
+from rlplay.engine.rollout import same
+from workloads import MLPActor, make_cartpole
 
 try:
     from rlplay.engine.rollout import single
@@ -138,10 +137,9 @@ def summarize(rounds):
         row = {"name": column[0]["name"], "rounds": len(column)}
         for key in ("overlap", "steps_per_s", "x_seq", "t_collect",
                     "t_train", "t_wait", "t_wall"):
-            values = sorted(r[key] for r in column)
-            row[key] = statistics.median(values)
+            row[key], low, high = stats([r[key] for r in column])
             if key in ("overlap", "x_seq"):
-                row[key + "_min"], row[key + "_max"] = values[0], values[-1]
+                row[key + "_min"], row[key + "_max"] = low, high
         summary.append(row)
     return summary
 
@@ -177,9 +175,7 @@ def main(argv=None):
     rows = summarize(rounds)
 
     if args.json:
-        for row in rows:
-            print(json.dumps({key: round(value, 6) if isinstance(
-                value, float) else value for key, value in row.items()}))
+        print_json(rows)
         return
     print(f"medians of {args.rounds} rounds (min-max)")
     print(f"{'name':<24} {'T_collect':>9} {'T_train':>8} {'T_wait':>7} "

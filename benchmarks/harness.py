@@ -1,0 +1,139 @@
+"""The measurement harness of the benchmarks: rows timed in rounds,
+medians with their spread, ratios taken within a round, JSON lines.
+
+A :class:`Row` is one thing timed: ``run(seconds)`` returns a dict with
+``steps_per_s`` (and more), or a string saying why it was skipped.
+:func:`measure` runs every row once per round, in turn (so that a drift of
+the machine does not favour the rows that run first), and each row reports
+the median of its rounds and their spread ``[min-max]``; :func:`paired`
+takes a ratio of two rows round by round (two rows measured minutes apart
+would drift). Nothing here asserts a timing.
+"""
+import json
+import sys
+import time
+import traceback
+
+import numpy as np
+import torch
+
+__all__ = ["WARMUP_SECONDS", "Row", "timed", "measure", "stats", "paired",
+           "median", "record", "print_json", "spread", "fmt"]
+
+WARMUP_SECONDS = 0.5
+
+
+class Row:
+    """A row of a table: ``run(seconds)`` returns a dict with
+    ``steps_per_s`` (and more), or a string saying why it was skipped.
+
+    ``kind`` is ``floor``, ``row`` or ``profile``; ``ceiling`` names the
+    ceiling of a ``row`` (``"1x8"``, ``"2x4"``, ``"async"``...); the part
+    of ``name`` before its first ``/`` is its workload (its section)."""
+
+    def __init__(self, name, run, kind="row", ceiling=None):
+        self.name, self.run, self.kind, self.ceiling = name, run, kind, ceiling
+        self.workload = name.split("/")[0]
+
+
+def timed(fragment, steps_per_fragment, seconds, on_start=None):
+    """Time ``fragment()`` for ``seconds`` after a warm-up (at least two
+    calls), whole fragments only; ``on_start()`` runs as the timing starts.
+
+    Returns ``{"steps_per_s", "steps", "learner_cpu"}``, the last being
+    this process's CPU time (all its threads) over the wall time."""
+    tic = time.perf_counter()
+    for n in range(1, 1 << 30):
+        fragment()
+        if n >= 2 and time.perf_counter() - tic >= WARMUP_SECONDS:
+            break
+    if on_start is not None:
+        on_start()
+    cpu, tic = time.process_time(), time.perf_counter()
+    for n in range(1, 1 << 30):
+        fragment()
+        elapsed = time.perf_counter() - tic
+        if elapsed >= seconds:
+            steps = n * steps_per_fragment
+            return {"steps_per_s": steps / elapsed, "steps": steps,
+                    "learner_cpu": (time.process_time() - cpu) / elapsed}
+
+
+def measure(selected, n_rounds, seconds):
+    """Run every row once per round, in turn. Returns ``{name: {round:
+    result}}``, and ``{name: reason}`` of the skipped and of the failed
+    rows (a failure is printed to stderr and the row is not run again)."""
+    results, skipped, failed = {}, {}, {}
+    for round_ in range(n_rounds):
+        for row in selected:
+            if row.name in skipped or row.name in failed:
+                continue
+            try:
+                with torch.no_grad():
+                    result = row.run(seconds)
+            except Exception as exc:  # report the row, measure the others
+                traceback.print_exc()
+                failed[row.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            if isinstance(result, str):
+                print(f"{row.name}: skipped, {result}", file=sys.stderr)
+                skipped[row.name] = result
+            else:
+                results.setdefault(row.name, {})[round_] = result
+                print(f"round {round_ + 1}: {row.name}: "
+                      f"{result['steps_per_s']:,.0f} steps/s",
+                      file=sys.stderr)
+    return results, skipped, failed
+
+
+def stats(values):
+    """Median, min and max of a non-empty list."""
+    return float(np.median(values)), min(values), max(values)
+
+
+def paired(numerators, denominators):
+    """Per-round ratios of two ``{round: value}``, for the rounds that have
+    both; ``None`` if none."""
+    ratios = [numerators[r] / denominators[r] for r in numerators
+              if r in denominators]
+    return ratios or None
+
+
+def median(values):
+    """The median of a list, ``None`` for none."""
+    return None if not values else float(np.median(values))
+
+
+def record(name, kind, values):
+    """The output record of a row's ``{round: steps/s}``."""
+    mid, low, high = stats(list(values.values()))
+    return {"name": name, "kind": kind, "steps_per_s": round(mid, 1),
+            "min": round(low, 1), "max": round(high, 1),
+            "rounds": [round(values[r], 1) for r in sorted(values)]}
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {key: _rounded(v) for key, v in value.items()}
+    return value
+
+
+def print_json(records):
+    """One JSON object per record, floats to three decimals."""
+    for item in records:
+        print(json.dumps({key: _rounded(value)
+                          for key, value in item.items()}))
+
+
+def spread(item):
+    """``steps/s [min-max]`` of a record, for a table."""
+    low, high = item["min"], item["max"]
+    return (f"{item['steps_per_s']:>9,.0f} "
+            f"{f'[{low:,.0f}-{high:,.0f}]':<19}")
+
+
+def fmt(ratio):
+    """A ratio for a table (``-`` for none)."""
+    return "-" if ratio is None else f"{ratio:.2f}"

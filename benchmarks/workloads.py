@@ -1,0 +1,213 @@
+"""The benchmarks' workloads: envs, the actor, and the loops that rlplay
+does not drive (the hand-written loop, Gymnasium's vector envs, the floors
+of the envs alone and of the actor alone). See ``README.md`` here for what
+each measures.
+"""
+import os
+import time
+from contextlib import closing
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from torch import nn
+
+from harness import timed
+from rlplay.engine import BaseActorModule
+
+__all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
+           "BusyEnv", "make_cartpole", "MLPActor", "WORKLOADS", "Arrays",
+           "run_hand", "run_vector", "run_generator", "run_envs_alone",
+           "run_actor_alone", "n_cores"]
+
+N_ENVS = 8
+N_ACTORS = 2                  # multi.rollout: N_ACTORS x N_ENVS // N_ACTORS
+BUSY_SECONDS = 0.5e-3         # CPU time a busy env burns per step
+ACTOR_CALLS = 64              # actor floor: calls between two clock reads
+try:
+    N_CPUS = len(os.sched_getaffinity(0))
+except AttributeError:        # not on Linux
+    N_CPUS = os.cpu_count() or 1
+
+
+def n_cores(n_workers):
+    """The cores ``n_workers`` processes can use here."""
+    return min(n_workers, N_CPUS)
+
+
+class BusyEnv(gymnasium.Env):
+    """A CPU-bound env: each ``step`` burns ``busy`` seconds of CPU time.
+
+    The wait is measured in this thread's CPU time, not wall time, so the
+    env does the same work however loaded the machine is. Episodes are
+    truncated after ``length`` steps; the observation is cheap to make.
+    """
+
+    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, busy=BUSY_SECONDS, length=200):
+        self.busy, self.length, self.t = busy, length, 0
+
+    def _obs(self):
+        return np.full(4, self.t / self.length, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        deadline = time.thread_time() + self.busy
+        while time.thread_time() < deadline:
+            pass
+        self.t += 1
+        return self._obs(), 1.0, False, self.t >= self.length, {}
+
+
+def make_cartpole():
+    return gymnasium.make("CartPole-v1")
+
+
+class MLPActor(BaseActorModule):
+    """The benchmarks' actor, a 4-64-64-2 MLP sampling from a categorical;
+    :meth:`sample` is what every loop calls."""
+
+    def __init__(self, n_obs=4, n_actions=2, n_hidden=64):
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(n_obs, n_hidden), nn.Tanh(),
+            nn.Linear(n_hidden, n_hidden), nn.Tanh(),
+            nn.Linear(n_hidden, n_actions))
+
+    def sample(self, obs):
+        logits = self.mlp(obs)
+        return torch.distributions.Categorical(logits=logits).sample()
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return self.sample(obs), (), {}
+
+
+# name: (factory, n_steps of a fragment)
+WORKLOADS = {"cartpole": (make_cartpole, 128), "busy": (BusyEnv, 32)}
+
+
+class Arrays:
+    """Preallocated obs/act/rew/done of one fragment, for the loops that
+    rlplay does not drive (``obs`` has the lookahead row ``T``)."""
+
+    def __init__(self, space, n_steps, n_envs):
+        self.obs = np.zeros((n_steps + 1, n_envs, *space.shape), space.dtype)
+        self.act = np.zeros((n_steps, n_envs), np.int64)
+        self.rew = np.zeros((n_steps, n_envs), np.float32)
+        self.done = np.zeros((n_steps, n_envs), bool)
+        self.obs_pyt = torch.from_numpy(self.obs)  # the same memory
+
+
+def run_hand(factory, actor, n_steps, seconds, sample=None, on_start=None,
+             n_envs=N_ENVS):
+    """The hand-written loop over ``n_envs`` single envs; ``sample``
+    replaces ``actor.sample`` (the profile passes a clocked one)."""
+    sample = actor.sample if sample is None else sample
+    envs = [factory() for _ in range(n_envs)]
+    buf = Arrays(envs[0].observation_space, n_steps, n_envs)
+    for j, env in enumerate(envs):
+        buf.obs[0, j], _ = env.reset(seed=j)
+
+    def fragment():
+        obs, act, rew, done = buf.obs, buf.act, buf.rew, buf.done
+        for t in range(n_steps):
+            actions = sample(buf.obs_pyt[t]).numpy()
+            act[t] = actions
+            obs_next, rew_t, done_t = obs[t + 1], rew[t], done[t]
+            for j, (env, a) in enumerate(zip(envs, actions.tolist())):
+                x, r, terminated, truncated, _ = env.step(a)
+                if terminated or truncated:
+                    x, _ = env.reset()
+                    done_t[j] = True
+                else:
+                    done_t[j] = False
+                obs_next[j] = x
+                rew_t[j] = r
+        obs[0] = obs[n_steps]
+
+    try:
+        return timed(fragment, n_steps * n_envs, seconds, on_start)
+    finally:
+        for env in envs:
+            env.close()
+
+
+def run_vector(vector_env, factory, actor, n_steps, seconds):
+    """Gymnasium's ``vector_env`` class (same-step autoreset) over
+    :data:`N_ENVS` envs, driven by the same actor into the same arrays."""
+    venv = vector_env([factory] * N_ENVS,
+                      autoreset_mode=AutoresetMode.SAME_STEP)
+    buf = Arrays(venv.single_observation_space, n_steps, N_ENVS)
+    buf.obs[0], _ = venv.reset(seed=0)
+
+    def fragment():
+        obs, act, rew, done = buf.obs, buf.act, buf.rew, buf.done
+        for t in range(n_steps):
+            actions = actor.sample(buf.obs_pyt[t]).numpy()
+            act[t] = actions
+            obs[t + 1], rew[t], terminated, truncated, _ = venv.step(actions)
+            np.logical_or(terminated, truncated, out=done[t])
+        obs[0] = obs[n_steps]
+
+    try:
+        return timed(fragment, n_steps * N_ENVS, seconds)
+    finally:
+        venv.close()
+
+
+def run_generator(feed, steps_per_batch, seconds, on_start=None):
+    """Time an rlplay generator's batches (no training); closes it."""
+    with closing(feed):
+        return timed(lambda: next(feed), steps_per_batch, seconds, on_start)
+
+
+def run_envs_alone(factory, n_steps, seconds):
+    """:data:`N_ENVS` envs stepped with random actions drawn up front,
+    reset when an episode ends; nothing stored."""
+    envs = [factory() for _ in range(N_ENVS)]
+    for j, env in enumerate(envs):
+        env.reset(seed=j)
+    rng = np.random.default_rng(0)
+    actions = [[int(a) for a in rng.integers(
+        envs[0].action_space.n, size=N_ENVS)] for _ in range(n_steps)]
+
+    def fragment():
+        for actions_t in actions:
+            for env, a in zip(envs, actions_t):
+                _, _, terminated, truncated, _ = env.step(a)
+                if terminated or truncated:
+                    env.reset()
+
+    try:
+        return timed(fragment, n_steps * N_ENVS, seconds)
+    finally:
+        for env in envs:
+            env.close()
+
+
+def run_actor_alone(factory, actor, n_envs, seconds):
+    """One batched ``actor.step`` for ``n_envs`` envs on a fixed
+    observation (their reset observations), :data:`ACTOR_CALLS` times."""
+    envs = [factory() for _ in range(n_envs)]
+    obs = np.stack([env.reset(seed=j)[0] for j, env in enumerate(envs)])
+    for env in envs:
+        env.close()
+    row = (torch.zeros((1, n_envs), dtype=torch.int64),
+           torch.from_numpy(obs).unsqueeze(0),
+           torch.zeros((1, n_envs), dtype=torch.int64),
+           torch.zeros((1, n_envs), dtype=torch.float32),
+           torch.zeros((1, n_envs), dtype=torch.bool))
+
+    def fragment():
+        for _ in range(ACTOR_CALLS):
+            actor.step(*row, hx=(), virtual=False)
+
+    return timed(fragment, ACTOR_CALLS * n_envs, seconds)
