@@ -30,11 +30,14 @@ from ..actor import check_actor
 from ..core import check_count, check_spaces_mode, episode_stats, prepare
 from ..envs import make_batch
 from ..errors import RolloutError
-from ..seeds import PROBE_COLLECTOR, env_seed_sequences
-from ..utils.mp import check_timeouts
+from ..seeds import PROBE_COLLECTOR, env_seed_sequences, seed_sequence
+from ..utils.mp import Cloudpickled, check_timeouts
+from ._collector import SessionSpec
+from ._params import cpu_copy
 
 __all__ = ["Closing", "Breakable", "Generator", "Status", "Stats", "STATS_KEYS",
-           "probe_layout", "check_arguments", "Deadline", "TIMEOUT",
+           "probe_layout", "worker_spec", "check_arguments", "Deadline",
+           "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
            "RESTART_DELAY"]
 
@@ -256,3 +259,27 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
                            env_info=env_info, final=final).pyt
     finally:
         probe.close()
+
+
+def worker_spec(factory, actor, n_steps, n_envs, entropy, *, sticky,
+                env_info, final, check_spaces):
+    """What a generator with worker processes (or Ray actors) makes before
+    they start: the run's root ``SeedSequence``, the workers' CPU copy of
+    the actor, the layout of a fragment buffer (from a probe env,
+    :func:`probe_layout`) and the :class:`~._collector.SessionSpec` that
+    every worker shares.
+
+    Returns
+    -------
+    spec : SessionSpec
+        Its factory and actor cloudpickled.
+    template : Fragment of tensors, shape = (1 + n_steps, n_envs, ...)
+    """
+    entropy = seed_sequence(entropy)  # one root for every worker
+    worker_actor = cpu_copy(actor)
+    template = probe_layout(factory, worker_actor, n_steps, n_envs, entropy,
+                            env_info=env_info, final=final)
+    spec = SessionSpec(factory=Cloudpickled(factory),
+                       actor=Cloudpickled(worker_actor), entropy=entropy,
+                       n_envs=n_envs, sticky=sticky, check_spaces=check_spaces)
+    return spec, template

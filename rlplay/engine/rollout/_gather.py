@@ -19,12 +19,21 @@ implement one parameter interface:
   :meth:`~._batch.Collation.sources`;
 - ``release(arrivals, supervisor)``: hand the buffers (requests) of
   collated arrivals back to the workers;
-- ``recycle(arrival, supervisor)``: the same for a stale one.
+- ``recycle(arrival, supervisor)``: the same for a stale one;
+- ``close()``.
+
+:class:`Gathered` also holds the constructor of both generators: the
+keywords they share are defined (and checked) once, here; each subclass
+adds its own keywords and starts its workers (:meth:`Gathered._start`).
 """
 import time
 
 from ..errors import RolloutTimeout
-from ._base import Deadline, Generator, Status
+from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
+                    Deadline, Generator, Status, check_arguments,
+                    worker_spec)
+from ._batch import Collation, check_hx_dim
+from ._delivery import Delivery
 from ._supervisor import Supervised
 
 __all__ = ["Gathered", "check_pool"]
@@ -50,12 +59,65 @@ def check_pool(n_buffers, n_per_batch, n_actors):
 class Gathered(Supervised, Generator):
     """An iterator of batches collated from the fragments of many workers.
 
-    A subclass sets, before the first ``next()``: ``actor`` (the learner's),
-    ``params``, ``delivery`` (:class:`~._delivery.Delivery`), ``max_lag``,
-    ``n_per_batch``, ``timeout``, ``start_timeout``, ``stats``
-    (:class:`~._base.Stats`), ``_collation`` (:class:`~._batch.Collation`),
-    ``_source`` (the source of ready fragments) and ``_supervisor``.
+    Parameters
+    ----------
+    factory, actor, n_steps, n_actors, n_per_actor, n_buffers, n_per_batch
+        As documented by the subclass.
+    max_lag : int, optional
+        As documented by the subclass.
+    entropy, sticky, env_info, final, device, pinned, copy, check_spaces,
+    timeout, start_timeout, shutdown_timeout, restarts, restart_delay
+        The shared keywords (:mod:`rlplay.engine.rollout`).
+
+    A subclass starts its workers in :meth:`_start`, which sets
+    ``params``, ``_source`` (the source of ready fragments), ``stats``
+    (:class:`~._base.Stats`) and ``_supervisor``.
     """
+
+    _supervisor = _source = params = None
+
+    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
+                 n_buffers, n_per_batch, *, max_lag=None, entropy=None,
+                 sticky=False, env_info=None, final=True, device=None,
+                 pinned=False, copy=False, check_spaces="first",
+                 timeout=TIMEOUT, start_timeout=START_TIMEOUT,
+                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
+                 restart_delay=RESTART_DELAY):
+        check_arguments(
+            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
+                           ("n_per_actor", n_per_actor, 1),
+                           ("n_buffers", n_buffers, 1),
+                           ("n_per_batch", n_per_batch, 1)]
+            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
+            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
+                          shutdown_timeout=shutdown_timeout),
+            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
+            restart_delay=restart_delay)
+        check_pool(n_buffers, n_per_batch, n_actors)
+        self.delivery = Delivery(device, pinned, copy)
+        self.device = self.delivery.device
+        self.actor, self.max_lag = actor, max_lag
+        self.n_per_batch = n_per_batch
+        self.timeout, self.start_timeout = timeout, start_timeout
+        # the workers' actor is a CPU copy; the buffers are sized with it
+        # here from a probe env that the factory makes and we close at once
+        spec, template = worker_spec(
+            factory, actor, n_steps, n_per_actor, entropy, sticky=sticky,
+            env_info=env_info, final=final, check_spaces=check_spaces)
+        hx_dim = getattr(actor, "hx_dim", 1)
+        check_hx_dim(template.hx, hx_dim, n_per_actor)
+        self._collation = Collation(template, hx_dim, n_per_batch,
+                                    self.delivery.host_pinned)
+        self._start(spec, template, n_actors, n_buffers, restarts=restarts,
+                    restart_delay=restart_delay,
+                    shutdown_timeout=shutdown_timeout)
+
+    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
+               restart_delay, shutdown_timeout):
+        """Start ``n_actors`` workers sharing ``spec``, with ``n_buffers``
+        fragments of the layout ``template`` in flight; on a failure,
+        close what was made and raise."""
+        raise NotImplementedError
 
     @property
     def version(self):

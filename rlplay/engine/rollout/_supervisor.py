@@ -320,8 +320,10 @@ class Supervised:
     """The learner's side of a generator whose workers a
     :class:`Supervisor` runs (``self.params`` set first), or a
     :class:`~._remote.RemoteSupervisor` (cluster): the bounded wait for
-    news, the error latch's restart count, pids. :meth:`_supervise` and
-    :attr:`process` are for worker processes only."""
+    news, the error latch's restart count, pids, and the release of what
+    the workers share (``_supervisor``, ``delivery``, ``_source``,
+    ``params``: those set). :meth:`_supervise` and :attr:`process` are for
+    worker processes only."""
 
     _supervisor = None
 
@@ -339,6 +341,22 @@ class Supervised:
         except BaseException:
             self._close(graceful=False)
             raise
+
+    def _close(self, graceful):
+        """Stop the workers, then let go of what they shared: the device
+        copies in flight first (none may read freed memory), the buffers
+        (``_source``), the parameters."""
+        if self._supervisor is not None:
+            self._supervisor.shutdown(graceful)
+        delivery = getattr(self, "delivery", None)
+        if delivery is not None:
+            delivery.close()
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source.close()
+        if getattr(self, "params", None) is not None:
+            self.params.close()
+            self.params = None
 
     def _break(self, exc):
         # the count that the error's message gives ("after 2 restarts"),

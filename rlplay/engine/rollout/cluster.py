@@ -94,16 +94,12 @@ down if rlplay started it and no other rollout uses it.
 import itertools
 
 from ..pool import layout
-from ..seeds import seed_sequence
-from ..utils.mp import Cloudpickled
-from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Stats, check_arguments, probe_layout)
-from ._batch import Arrival, Collation, ReadyQueue, check_hx_dim, new_account
+from ._base import Stats
+from ._batch import Arrival, Collation, ReadyQueue, new_account
 from ._buffers import WORKER_THREADS
-from ._collector import Buffers, SessionSpec, WorkerConfig
-from ._delivery import Delivery
-from ._gather import Gathered, check_pool
-from ._params import RayParams, cpu_copy
+from ._collector import Buffers, WorkerConfig
+from ._gather import Gathered
+from ._params import RayParams
 from ._remote import RemoteSupervisor, join, ray_options
 
 try:
@@ -191,7 +187,9 @@ class Rollout(Gathered):
     Takes the arguments of :class:`rlplay.engine.rollout.multi.Rollout`
     with the same meanings (but ``start_method``: Ray starts the workers),
     a worker being a Ray actor and ``n_buffers`` the number of requests in
-    flight (see the module docstring), and these:
+    flight (see the module docstring); the shared keywords are documented
+    in :mod:`rlplay.engine.rollout` and defined by
+    :class:`~._gather.Gathered`. And these:
 
     Parameters
     ----------
@@ -252,55 +250,27 @@ class Rollout(Gathered):
     """
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, entropy=None, sticky=False,
-                 env_info=None, final=True, device=None, pinned=False,
-                 copy=False, max_lag=None, check_spaces="first",
-                 timeout=TIMEOUT, start_timeout=START_TIMEOUT,
-                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY, address=None,
-                 actor_options=None):
+                 n_buffers, n_per_batch, *, address=None, actor_options=None,
+                 **kwargs):
         if ray is None:
             raise ImportError("cluster.rollout needs Ray: pip install "
                               "rlplay[cluster]")
-        check_arguments(
-            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
-                           ("n_per_actor", n_per_actor, 1),
-                           ("n_buffers", n_buffers, 1),
-                           ("n_per_batch", n_per_batch, 1)]
-            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
-            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
-                          shutdown_timeout=shutdown_timeout),
-            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay)
-        check_pool(n_buffers, n_per_batch, n_actors)
-        options = ray_options(actor_options)
-        self.delivery = Delivery(device, pinned, copy)
-        self.device = self.delivery.device
-        entropy = seed_sequence(entropy)
-        self.actor, self.max_lag = actor, max_lag
-        self.n_per_batch = n_per_batch
-        self.timeout, self.start_timeout = timeout, start_timeout
-        worker_actor = cpu_copy(actor)
-        template = probe_layout(factory, worker_actor, n_steps, n_per_actor,
-                                entropy, env_info=env_info, final=final)
-        hx_dim = getattr(actor, "hx_dim", 1)
-        check_hx_dim(template.hx, hx_dim, n_per_actor)
-        self._collation = Collation(template, hx_dim, n_per_batch,
-                                    self.delivery.host_pinned)
-        self.params, self._supervisor = None, None
-        release = join(address)
+        self._options = ray_options(actor_options)
+        self._address = address
+        super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
+                         n_buffers, n_per_batch, **kwargs)
+
+    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
+               restart_delay, shutdown_timeout):
+        release = join(self._address)
         try:
-            spec = ray.put(SessionSpec(
-                factory=Cloudpickled(factory),
-                actor=Cloudpickled(worker_actor), entropy=entropy,
-                n_envs=n_per_actor, sticky=sticky,
-                check_spaces=check_spaces))
             self._source = requests = RayRequests(
-                spec, Buffers(None, *layout(template)), n_actors, n_buffers)
+                ray.put(spec), Buffers(None, *layout(template)), n_actors,
+                n_buffers)
             self.stats = Stats(requests.accounts)
-            requests.params = self.params = RayParams(actor)
+            requests.params = self.params = RayParams(self.actor)
             requests.supervisor = self._supervisor = RemoteSupervisor(
-                n_actors, requests, options=options, release=release,
+                n_actors, requests, options=self._options, release=release,
                 restarts=restarts, restart_delay=restart_delay,
                 shutdown_timeout=shutdown_timeout, owner=self)
             self._supervisor.start_all()
@@ -313,17 +283,6 @@ class Rollout(Gathered):
     @property
     def nodes(self):
         return self._supervisor.nodes
-
-    def _close(self, graceful):
-        if self._supervisor is not None:
-            self._supervisor.shutdown(graceful)
-        source = getattr(self, "_source", None)
-        if source is not None:
-            source.close()
-        self.delivery.close()
-        if self.params is not None:
-            self.params.close()
-            self.params = None
 
 
 rollout = Rollout

@@ -309,11 +309,3 @@ class Evaluator(Supervised, Breakable):
     def close(self):
         """Stop the worker (see the module docstring); idempotent."""
         super().close()
-
-    def _close(self, graceful):
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None:
-            supervisor.shutdown(graceful)
-        if self.params is not None:
-            self.params.close()
-            self.params = None

@@ -100,16 +100,11 @@ Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
 """
-from ..seeds import seed_sequence
-from ..utils.mp import Cloudpickled, get_context
-from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Stats, check_arguments, probe_layout)
-from ._batch import Collation, check_hx_dim
+from ..utils.mp import get_context
+from ._base import Stats
 from ._buffers import SharedBuffers
-from ._collector import SessionSpec
-from ._delivery import Delivery
-from ._gather import Gathered, check_pool
-from ._params import SharedParams, cpu_copy
+from ._gather import Gathered
+from ._params import SharedParams
 
 __all__ = ["rollout", "Rollout"]
 
@@ -123,7 +118,10 @@ class Rollout(Gathered):
     every generator shares (``entropy``, ``sticky``, ``env_info``,
     ``final``, ``device``, ``pinned``, ``copy``, ``check_spaces``,
     ``start_method``, the timeouts, ``restarts``, ``restart_delay``) are
-    documented once, in :mod:`rlplay.engine.rollout`.
+    documented once, in :mod:`rlplay.engine.rollout`; but
+    ``start_method``, they are defined once too, by
+    :class:`~._gather.Gathered`, the learner's side that this generator
+    shares with :mod:`.cluster`.
 
     Parameters
     ----------
@@ -206,69 +204,27 @@ class Rollout(Gathered):
     """
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, entropy=None, sticky=False,
-                 env_info=None, final=True, device=None, pinned=False,
-                 copy=False, max_lag=None, check_spaces="first",
-                 start_method=None, timeout=TIMEOUT,
-                 start_timeout=START_TIMEOUT,
-                 shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY):
-        check_arguments(
-            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
-                           ("n_per_actor", n_per_actor, 1),
-                           ("n_buffers", n_buffers, 1),
-                           ("n_per_batch", n_per_batch, 1)]
-            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
-            timeouts=dict(timeout=timeout, start_timeout=start_timeout,
-                          shutdown_timeout=shutdown_timeout),
-            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay)
-        check_pool(n_buffers, n_per_batch, n_actors)
-        self.delivery = Delivery(device, pinned, copy)
-        self.device = self.delivery.device
-        mp_ctx = get_context(start_method)
-        entropy = seed_sequence(entropy)  # one root for every worker
-        self.actor, self.max_lag = actor, max_lag
-        self.n_per_batch = n_per_batch
-        self.timeout, self.start_timeout = timeout, start_timeout
+                 n_buffers, n_per_batch, *, start_method=None, **kwargs):
+        self._context = get_context(start_method)
+        super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
+                         n_buffers, n_per_batch, **kwargs)
 
-        # the workers' actor, on the CPU; the buffers are sized with it here
-        # from a probe env that the factory makes and we close at once
-        worker_actor = cpu_copy(actor)
-        template = probe_layout(factory, worker_actor, n_steps, n_per_actor,
-                                entropy, env_info=env_info, final=final)
-        hx_dim = getattr(actor, "hx_dim", 1)
-        check_hx_dim(template.hx, hx_dim, n_per_actor)
-        spec = SessionSpec(
-            factory=Cloudpickled(factory), actor=Cloudpickled(worker_actor),
-            entropy=entropy, n_envs=n_per_actor, sticky=sticky,
-            check_spaces=check_spaces)
-        self.params = SharedParams(actor, mp_ctx)
+    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
+               restart_delay, shutdown_timeout):
+        ctx = self._context
+        self.params = SharedParams(self.actor, ctx)
         try:
             self._source = SharedBuffers(
                 template, n_buffers, n_actors, spec, self.params,
                 what=f"a pool of {n_buffers} buffers for {n_actors} workers",
-                start_method=mp_ctx.get_start_method())
-            self._collation = Collation(template, hx_dim, n_per_batch,
-                                        self.delivery.host_pinned)
+                start_method=ctx.get_start_method())
             self.stats = Stats(self._source.accounts)
         except BaseException:
             self._close(graceful=False)
             raise
-        self._supervise(mp_ctx, n_actors, self._source, name="rlplay-multi",
+        self._supervise(ctx, n_actors, self._source, name="rlplay-multi",
                         restarts=restarts, restart_delay=restart_delay,
                         shutdown_timeout=shutdown_timeout)
-
-    def _close(self, graceful):
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None:
-            supervisor.shutdown(graceful)
-        if getattr(self, "_source", None) is not None:
-            self._source.close()
-        self.delivery.close()
-        if self.params is not None:
-            self.params.close()
-            self.params = None
 
 
 rollout = Rollout

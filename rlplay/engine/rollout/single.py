@@ -85,15 +85,12 @@ still holds keeps its own memory alive).
 import time
 
 from ..errors import RolloutTimeout
-from ..seeds import seed_sequence
-from ..utils.mp import Cloudpickled, get_context
+from ..utils.mp import get_context
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Stats, check_arguments,
-                    probe_layout)
+                    Deadline, Generator, Stats, check_arguments, worker_spec)
 from ._buffers import SharedBuffers
-from ._collector import SessionSpec
 from ._delivery import Delivery
-from ._params import SharedParams, cpu_copy
+from ._params import SharedParams
 from ._supervisor import Supervised
 
 __all__ = ["rollout", "Rollout"]
@@ -194,38 +191,32 @@ class Rollout(Supervised, Generator):
         self.device = self.delivery.device
         n_steps, n_envs = int(n_steps), int(n_envs)
         mp_ctx = get_context(start_method)
-        entropy = seed_sequence(entropy)  # one root for the learner and worker
         self.actor = actor
         self.timeout, self.start_timeout = timeout, start_timeout
-
-        # the worker's actor, on the CPU; the buffers are sized with it in
+        # the worker's actor is a CPU copy; the buffers are sized with it in
         # this process, from a probe env the factory makes and we close
-        worker_actor = cpu_copy(actor)
-        template = probe_layout(factory, worker_actor, n_steps, n_envs,
-                                entropy, env_info=env_info, final=final)
-        spec = SessionSpec(
-            factory=Cloudpickled(factory), actor=Cloudpickled(worker_actor),
-            entropy=entropy, n_envs=n_envs, sticky=sticky,
-            check_spaces=check_spaces)
+        spec, template = worker_spec(
+            factory, actor, n_steps, n_envs, entropy, sticky=sticky,
+            env_info=env_info, final=final, check_spaces=check_spaces)
         self.params = SharedParams(actor, mp_ctx)
         self._held = None  # the arrival whose buffer the learner holds
         try:
-            self._shared = SharedBuffers(
+            self._source = SharedBuffers(
                 template, 2, 1, spec, self.params,
                 what=f"two buffers of {n_steps} steps of {n_envs} envs",
                 start_method=mp_ctx.get_start_method())
-            self.buffers = tuple(self._shared.buffers)
-            self.stats = Stats(self._shared.accounts)
+            self.buffers = tuple(self._source.buffers)
+            self.stats = Stats(self._source.accounts)
         except BaseException:
             self._close(graceful=False)
             raise
-        self._supervise(mp_ctx, 1, self._shared, name="rlplay-single",
+        self._supervise(mp_ctx, 1, self._source, name="rlplay-single",
                         restarts=restarts, restart_delay=restart_delay,
                         shutdown_timeout=shutdown_timeout)
 
     def _next(self):
         # one step of the protocol in the module docstring
-        shared, supervisor, stats = (self._shared, self._supervisor,
+        shared, supervisor, stats = (self._source, self._supervisor,
                                      self.stats)
         tic = stats.begin()
         k = stats["batches"]
@@ -258,17 +249,8 @@ class Rollout(Supervised, Generator):
         return batch
 
     def _close(self, graceful):
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None:
-            supervisor.shutdown(graceful)
-        self.delivery.close()  # no device copy may read freed memory
-        if getattr(self, "_shared", None) is not None:
-            self.buffers = None
-            self._shared.close()
-        if self.params is not None:
-            self.params.close()
-            self.params = None
-
+        self.buffers = None  # the learner's views: the pool goes with them
+        super()._close(graceful)
 
 
 rollout = Rollout
