@@ -140,7 +140,7 @@ def run(nodes):
     import ray
     from envs import counting_factory
     from rlplay.engine.rollout import cluster
-    from test_multi import CountingActor
+    from generators import CountingActor
 
     ray.init(address=f"127.0.0.1:{nodes.port}", log_to_driver=False)
     try:  # leave Ray before the nodes go, or exiting waits for them

@@ -24,16 +24,17 @@ from torch import nn
 ray = pytest.importorskip("ray")
 
 from conftest import _ray_actors  # noqa: E402
-from envs import FaultyEnv, counting_factory  # noqa: E402
+from envs import (ENV_INFO, FaultyEnv, StallingEnv,  # noqa: E402
+                  counting_factory, mixed_factory)
+from generators import (ActorFailure, CountingActor,  # noqa: E402
+                        RaisingActor, assert_fragments_equal, identities,
+                        make as make_generator, raises_within, slot,
+                        without_version)
+from reference import reference  # noqa: E402
 from rlplay.engine import (PolicyActor, RemoteTraceback,  # noqa: E402
                            RolloutTimeout, WorkerDied, WorkerError)
 from rlplay.engine.nested import suply  # noqa: E402
 from rlplay.engine.rollout import cluster, same  # noqa: E402
-from test_multi_faults import raises_within  # noqa: E402
-from test_multi import (CountingActor, assert_fragments_equal,  # noqa: E402
-                        identities, mixed_factory, reference, slot,
-                        without_version)
-from test_multi_faults import StallingEnv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -42,17 +43,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # new Ray worker process imports torch)
 BOUND = 5.0
 START = 60.0
-ENV_INFO = {"t": 0, "done": 0.0}
+ENTROPY = 0
 
 
 def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
          n_per_batch=1, **kwargs):
     """``n_actors`` workers of one env each, fragments of 4 steps."""
     args = dict(timeout=BOUND, start_timeout=START, shutdown_timeout=2.0,
-                entropy=0)
+                entropy=ENTROPY)
     args.update(kwargs)
-    return cluster.rollout(factory, actor or CountingActor(), 4, n_actors,
-                           1, n_buffers, n_per_batch, **args)
+    return make_generator("cluster", factory, actor or CountingActor(), 4, 1,
+                          n_actors=n_actors, n_buffers=n_buffers,
+                          n_per_batch=n_per_batch, **args)
 
 
 def wait_started(feed, bound=START):
@@ -86,7 +88,8 @@ def test_workers_reproduce_the_core_loop_and_same_rollout():
         want = {0: [without_version(suply(torch.clone, fragment))
                     for fragment in itertools.islice(ref, n)]}
     want[1] = [without_version(fragment) for fragment in reference(
-        mixed_factory, CountingActor(), T, B, entropy, 1, n, ENV_INFO)]
+        mixed_factory, CountingActor(), T, B, entropy, worker=1, count=n,
+        env_info=ENV_INFO)]
     feed = cluster.rollout(mixed_factory, CountingActor(), T, 2, B, 4, 2,
                            entropy=entropy, env_info=ENV_INFO,
                            timeout=BOUND, start_timeout=START)
@@ -226,7 +229,7 @@ def test_env_raises():
     feed = make(functools.partial(FaultyEnv, "step", at=10))
     with feed:
         next(feed)
-        err = raises_within(feed, WorkerError)
+        err = raises_within(feed, WorkerError, BOUND)
     assert err.exc_type is ValueError and err.worker in (0, 1)
     assert "step failed on purpose" in str(err)
     assert isinstance(err.__cause__, RemoteTraceback)
@@ -242,7 +245,7 @@ def test_killed_actor_is_reported_within_bound():
         next(feed)
         pid, node = feed.pids[0], feed.nodes[0]
         os.kill(pid, signal.SIGKILL)
-        err = raises_within(feed, WorkerDied)
+        err = raises_within(feed, WorkerDied, BOUND)
     assert err.worker == 0 and err.node == node and err.exitcode is None
     assert f"pid {pid}" in str(err) and node in str(err)
 
@@ -269,13 +272,22 @@ def test_hung_env_times_out():
 def test_restart_replaces_a_killed_actor():
     """``restarts=1``: the killed actor's worker gets a new actor (another
     process), whose fragments go on from the last sequence number received,
-    from resets; the run goes on."""
+    from resets; the run goes on. ``meta.generation`` is 0 before the
+    restart and 1 (the generation the replacement was started with: its
+    worker's restart count) for the replacement's fragments, which are
+    the reference's of generation 1."""
     feed = make(n_buffers=4, n_per_batch=2, restarts=1, restart_delay=0.1)
-    seen = []
+    seen, fragments = [], {}
+
+    def take(batch):
+        for s, key in enumerate(identities(batch, 2, 1)):
+            seen.append(key)
+            fragments[key] = suply(torch.clone, slot(batch, s, 1, hx_dim=0))
+
     with feed:
         wait_started(feed)
         for batch in itertools.islice(feed, 3):
-            seen.extend(identities(batch, 2, 1))
+            take(batch)
         old, before = feed.pids[1], len(seen)
         os.kill(old, signal.SIGKILL)
         deadline = time.monotonic() + BOUND + START
@@ -283,7 +295,7 @@ def test_restart_replaces_a_killed_actor():
         # may be the killed one's, finished before it died)
         while sum(w == 1 for w, _ in seen[before:]) < 3 + 2:
             assert time.monotonic() < deadline, "no replacement"
-            seen.extend(identities(next(feed), 2, 1))
+            take(next(feed))
         assert feed.pids[1] not in (None, old)
         stats = feed.stats
     assert stats["restarts"] == 1
@@ -294,6 +306,34 @@ def test_restart_replaces_a_killed_actor():
     for w in (0, 1):
         seqs = [seq for worker, seq in seen if worker == w]
         assert seqs == sorted(seqs) and seqs[-1] >= 3
+
+    def generation(key):
+        meta = fragments[key].meta
+        assert torch.all(meta.generation == meta.generation[0])
+        return int(meta.generation[0])
+
+    assert all(generation(key) == 0 for key in seen[:before])
+    assert all(generation(key) == 0 for key in seen if key[0] == 0)
+    mine = [key for key in seen if key[0] == 1]
+    generations = [generation(key) for key in mine]
+    # the killed actor's, then the replacement's (at least three)
+    n_old = generations.count(0)
+    assert generations == [0] * n_old + [account["restarts"]] * (
+        len(mine) - n_old)
+    assert len(mine) - n_old >= 3
+    first = mine[n_old][1]  # the replacement's first seq, from resets
+    state = fragments[1, first].state
+    assert torch.all(state.fin[0]) and torch.all(state.stepno[0] == 0)
+    # each fragment, by its seq, is the reference's of its generation
+    old_refs = reference(counting_factory, CountingActor(), 4, 1, ENTROPY,
+                         worker=1, count=first)
+    new_refs = reference(counting_factory, CountingActor(), 4, 1, ENTROPY,
+                         worker=1, count=mine[-1][1] - first + 1,
+                         generation=1, seq=first)
+    for k, (_, seq) in enumerate(mine):
+        ref = old_refs[seq] if k < n_old else new_refs[seq - first]
+        assert_fragments_equal(without_version(fragments[1, seq]),
+                               without_version(ref))
 
 
 def test_waiting_out_the_restart_delay_is_no_stall():
@@ -315,11 +355,10 @@ def test_waiting_out_the_restart_delay_is_no_stall():
 
 
 def test_actor_error_is_not_restarted():
-    from test_multi_faults import ActorFailure, RaisingActor
     feed = make(actor=RaisingActor(), restarts=3, restart_delay=0.1)
     with feed:
         next(feed)
-        err = raises_within(feed, WorkerError)
+        err = raises_within(feed, WorkerError, BOUND)
     assert err.exc_type is ActorFailure
     assert feed.stats["restarts"] == 0
 

@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from envs import CountingEnv, StructuredEnv
-from layout_envs import CyclingEnv, EpisodeInfoEnv
-from rlplay.engine import BaseActorModule
-from rlplay.engine.core import (Fragment, collect, episode_stats, prepare,
-                                startup)
+import rlplay.engine
+from envs import (ENV_INFO, CountingEnv, CyclingEnv, EpisodeInfoEnv,
+                  StructuredEnv)
+from generators import CountingActor
+from rlplay.engine import BaseActorModule, core
+from rlplay.engine.core import (Fragment, acted, collect, env_axes,
+                                episode_stats, prepare, startup)
 from rlplay.engine.nested import flatten, suply
-
-ENV_INFO = {"t": 0, "done": 0.0}
+from rlplay.engine.returns import frozen
 
 
 class Recorder(BaseActorModule):
@@ -466,6 +467,171 @@ def test_the_model_agrees_with_the_worked_example():
     for name, rows in STICKY_SECOND.items():
         assert sticky_second[name] == rows, name
     assert sticky_resets == STICKY_FIRST_RESETS
+
+
+# -- env axes, columns, acted rows -------------------------------------------
+
+def collected(actor, n_steps=4, n_envs=3, final=True, sticky=False):
+    """One fragment of CountingEnvs (env ids 10, 11, ...), as the buffer
+    holds it: ``(npy, pyt)`` views of one memory."""
+    envs = [CountingEnv(term_every=2 + j) for j in range(n_envs)]
+    buffer = prepare(envs[0], actor, n_steps, n_envs, env_info=ENV_INFO,
+                     final=final)
+    ctx = startup(envs, actor, buffer, env_ids=np.arange(10, 10 + n_envs))
+    collect(actor, buffer, ctx, sticky=sticky)
+    return buffer
+
+
+def test_env_axes():
+    axes = env_axes()
+    assert isinstance(axes, Fragment)
+    assert axes == Fragment(state=1, truncated=1, final=1, actor=1, env=1,
+                            env_mask=1, hx=1, stats=1, meta=0)
+    assert env_axes(0) == axes._replace(hx=0)
+    assert env_axes(2) == axes._replace(hx=2)
+
+
+@pytest.mark.parametrize("actor_cls", [Recorder, CountingActor])
+def test_env_axes_are_the_env_columns_of_a_fragment(actor_cls):
+    """Along its env axis (``hx``: the actor's ``hx_dim``), every leaf of
+    a fragment of B envs has size B (T = 4, 1 + T = 5, B = 3: no other
+    axis has that size)."""
+    actor = actor_cls()
+    fragment = collected(actor).npy
+    for field, axis in zip(fragment, env_axes(actor.hx_dim)):
+        for leaf in flatten(field):
+            assert leaf.shape[axis] == 3, (leaf.shape, axis)
+
+
+def expected_columns(fragment, index, hx_dim):
+    """``index`` along each field's env axis, leaf by leaf (numpy)."""
+    def take(leaf, axis):
+        leaf = np.asarray(leaf)
+        if isinstance(index, slice):
+            return leaf[(slice(None),) * axis + (index,)]
+        return np.take(leaf, index, axis=axis)
+
+    return [None if field is None else [take(leaf, axis)
+                                        for leaf in flatten(field)]
+            for field, axis in zip(fragment, env_axes(hx_dim))]
+
+
+def leaf_memory(leaf):
+    return leaf.data_ptr() if isinstance(leaf, torch.Tensor) else \
+        leaf.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("view", ["npy", "pyt"])
+@pytest.mark.parametrize("index", [slice(1, 3), [2, 0]],
+                         ids=["slice", "list"])
+@pytest.mark.parametrize("actor_cls", [Recorder, CountingActor])
+def test_columns(actor_cls, index, view):
+    """The env columns ``index`` of a numpy or torch fragment: every
+    field along its env axis, ``hx`` along ``hx_dim`` (1 for Recorder's
+    ``(1, B, 1)``, 0 for CountingActor's ``(B, 2)``), ``meta`` along axis
+    0; views of the fragment for a slice; ``None`` fields stay ``None``."""
+    actor = actor_cls()
+    buffer = collected(actor, final=False)
+    fragment = getattr(buffer, view)
+    got = core.columns(fragment, index, actor.hx_dim)
+    assert isinstance(got, Fragment) and got.final is None
+    kind = type(fragment.state.obs)
+    for field, want in zip(got, expected_columns(fragment, index,
+                                                 actor.hx_dim)):
+        if want is None:
+            assert field is None
+            continue
+        leaves = flatten(field)
+        assert len(leaves) == len(want)
+        for leaf, expected in zip(leaves, want):
+            assert type(leaf) is kind
+            np.testing.assert_array_equal(np.asarray(leaf), expected)
+    assert np.asarray(got.meta.env).tolist() == \
+        (np.arange(10, 13)[index]).tolist()
+    hx_shape = (1, 2, 1) if actor.hx_dim == 1 else (2, 2)
+    assert tuple(got.hx.shape) == hx_shape
+    assert got.state.obs.shape == (5, 2, 1) and got.env["t"].shape == (4, 2)
+    # a slice gives views: a write shows in the fragment
+    got.state.rew[1, 0] = 42.0
+    j = index.start if isinstance(index, slice) else None
+    if j is not None:
+        assert fragment.state.rew[1, j] == 42.0
+        assert leaf_memory(got.meta.env) == leaf_memory(fragment.meta.env[j:])
+    else:
+        assert not (np.asarray(fragment.state.rew) == 42.0).any()
+
+
+def sticky_and_plain_fragments():
+    """Every fragment of the model's cases, sticky and not."""
+    for configs, n_steps in MODEL_CASES:
+        for sticky_ in (False, True):
+            for fragment, _ in run(configs, n_steps, 6, sticky=sticky_):
+                yield sticky_, fragment
+
+
+def as_torch(fragment):
+    return suply(torch.as_tensor, fragment)
+
+
+def test_acted_rows():
+    """Row 0 never; on a sticky fragment, rows ``1..T`` but the frozen
+    ones (``~frozen(fin)``); on a non-sticky fragment, all of rows
+    ``1..T``; numpy in, numpy out, torch in, torch out."""
+    n_sticky = n_frozen = 0
+    for sticky_, fragment in sticky_and_plain_fragments():
+        mask = acted(fragment)
+        assert isinstance(mask, np.ndarray) and mask.dtype == bool
+        assert mask.shape == fragment.state.fin.shape
+        assert not mask[0].any()
+        if sticky_:
+            live = ~frozen(fragment.state.fin)
+            np.testing.assert_array_equal(mask[1:], live[1:].numpy())
+            n_sticky += 1
+            n_frozen += int((~live[1:]).sum())
+        else:
+            assert mask[1:].all()
+        tensor = acted(as_torch(fragment))
+        assert isinstance(tensor, torch.Tensor)
+        np.testing.assert_array_equal(tensor.numpy(), mask)
+    assert n_sticky and n_frozen  # frozen rows were there to leave out
+
+
+def test_acted_leaves_the_fragment_alone(sticky):
+    fragment, _ = sticky[0]
+    fin, length = fragment.state.fin.copy(), fragment.stats.length.copy()
+    acted(fragment)
+    np.testing.assert_array_equal(fragment.state.fin, fin)
+    np.testing.assert_array_equal(fragment.stats.length, length)
+
+
+def episode_stats_before(fragment):
+    """``episode_stats`` before it followed :func:`acted`: the returns and
+    lengths of rows ``1..T`` with a length (the frozen rows of a sticky
+    fragment have none)."""
+    ret, length = fragment.stats
+    ret, length = np.asarray(ret[1:]), np.asarray(length[1:])
+    ended = length > 0
+    return ret[ended], length[ended]
+
+
+def test_episode_stats_as_before():
+    """On sticky fragments (and plain ones), the returns and lengths of
+    the episodes that ended at acted rows, as before, in row-major order;
+    from numpy or torch fragments."""
+    n_ends = 0
+    for sticky_, fragment in sticky_and_plain_fragments():
+        want_returns, want_lengths = episode_stats_before(fragment)
+        for views in (fragment, as_torch(fragment)):
+            returns, lengths = rlplay.engine.episode_stats(views)
+            assert returns.dtype == np.float64 and lengths.dtype == np.int64
+            np.testing.assert_array_equal(returns, want_returns)
+            np.testing.assert_array_equal(lengths, want_lengths)
+        # the ends at acted rows, spelled out
+        ended = acted(fragment) & fragment.state.fin
+        np.testing.assert_array_equal(want_lengths,
+                                      fragment.stats.length[ended])
+        n_ends += sticky_ * len(want_lengths)
+    assert n_ends > 0
 
 
 # -- options -----------------------------------------------------------------

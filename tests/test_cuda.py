@@ -5,16 +5,18 @@ Without CUDA, asking for either fails up front with a clear RuntimeError
 (before any env or worker is made). With CUDA, batches arrive on the device
 or page-locked, and equal the host batches of the same run.
 """
+import functools
 import itertools
 from contextlib import closing
 
 import pytest
 import torch
 
+from envs import ENV_INFO, mixed_factory
+from generators import (CountingActor, assert_fragments_equal, make,
+                        without_version)
 from rlplay.engine.nested import flatten
-from rlplay.engine.rollout import multi, same, single
-from test_multi import (ENV_INFO, CountingActor, assert_fragments_equal,
-                        mixed_factory, without_version)
+from rlplay.engine.rollout import multi
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs CUDA")
@@ -22,24 +24,19 @@ without_cuda = pytest.mark.skipif(torch.cuda.is_available(),
                                   reason="CUDA is available")
 
 
-def make_same(**kwargs):
-    return same.rollout(mixed_factory, CountingActor(), 5, 4, entropy=7,
-                        env_info=ENV_INFO, **kwargs)
+def make_kind(kind, **kwargs):
+    """Fragments of 5 steps of 4 envs; ``multi``: one worker, one fragment
+    per batch (the same fragments in every run); the library's default
+    start method."""
+    if kind != "same":  # same.rollout has no timeouts
+        kwargs = dict(timeout=30.0, start_method=None, **kwargs)
+    return make(kind, mixed_factory, CountingActor(), 5, 4, n_actors=1,
+                n_buffers=2, n_per_batch=1, entropy=7, env_info=ENV_INFO,
+                **kwargs)
 
 
-def make_single(**kwargs):
-    return single.rollout(mixed_factory, CountingActor(), 5, 4, entropy=7,
-                          env_info=ENV_INFO, timeout=30.0, **kwargs)
-
-
-def make_multi(**kwargs):
-    # one worker, one fragment per batch: the same fragments in every run
-    return multi.rollout(mixed_factory, CountingActor(), 5, 1, 4, 2, 1,
-                         entropy=7, env_info=ENV_INFO, timeout=30.0,
-                         **kwargs)
-
-
-MAKERS = {"same": make_same, "single": make_single, "multi": make_multi}
+MAKERS = {kind: functools.partial(make_kind, kind)
+          for kind in ("same", "single", "multi")}
 
 
 @without_cuda

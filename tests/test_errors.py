@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from envs import CountingEnv, StructuredEnv, failing_factory
-from layout_envs import (BadKeyEnv, BadRewardEnv, BadShapeEnv,
-                         EpisodeInfoEnv, OldStepEnv)
+from envs import (BadKeyEnv, BadRewardEnv, BadShapeEnv, CountingEnv,
+                  EpisodeInfoEnv, OldStepEnv, StructuredEnv, failing_factory)
 from rlplay.engine import BaseActorModule
 from rlplay.engine.core import evaluate, prepare
 from rlplay.engine.nested import StructureError

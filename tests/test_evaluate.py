@@ -216,7 +216,7 @@ def test_bad_arguments():
 def test_a_reward_that_is_not_a_number_is_a_clear_worker_error():
     """The evaluator's worker refuses a string reward as collection does,
     naming the reward and the env column, and the learner gets it."""
-    from layout_envs import BadRewardEnv
+    from envs import BadRewardEnv
     actor = ShiftActor()
     factory = functools.partial(BadRewardEnv, "1.0", at=2, term_every=4)
     with Evaluator(factory, actor, n_envs=2, start_method="fork") as \

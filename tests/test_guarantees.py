@@ -38,10 +38,11 @@ from torch import nn
 
 from envs import (CountingEnv, HelperProcessEnv, LateErrorEnv, SpacesEnv, StallEnv,
                   StampedFailure, stalling_factory)
+from generators import METHODS, make as make_generator, running
 from rlplay.engine import (BaseActorModule, CapacityError, PolicyActor,
                            RolloutError, RolloutTimeout, WorkerDied,
                            WorkerError, pool)
-from rlplay.engine.rollout import Evaluator, multi, same, single
+from rlplay.engine.rollout import single
 from rlplay.engine.rollout import _params, _supervisor
 from rlplay.engine.utils import get_context, preload_forkserver
 
@@ -51,7 +52,6 @@ preload_forkserver(get_context("forkserver"), ("envs",))
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
-METHODS = ["fork", "spawn", "forkserver"]
 T = 4
 # generous bounds for what the tests do not time: a spawned worker imports
 # torch on a busy two-core machine
@@ -70,26 +70,12 @@ def make(kind, factory, start_method="fork", actor="default", **kwargs):
     of one env each, two buffers, both fragments in every batch), the
     ``evaluator`` (one env, one episode) or ``same``."""
     actor = actor_of() if isinstance(actor, str) else actor
-    if kind == "same":
-        return same.rollout(factory, actor, T, 1, **kwargs)
-    if kind == "single":
-        return single.rollout(factory, actor, T, 1,
-                              start_method=start_method, **kwargs)
-    if kind == "multi":
-        return multi.rollout(factory, actor, T, 2, 1, 2, 2,
-                             start_method=start_method, **kwargs)
-    assert kind == "evaluator", kind
-    return Evaluator(factory, actor, n_envs=1, n_episodes=1,
-                     start_method=start_method, **kwargs)
-
-
-def running(pid):
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert kind in ("same", "single", "multi", "evaluator"), kind
+    if kind == "evaluator":
+        kwargs = dict(n_episodes=1, **kwargs)
+    return make_generator(kind, factory, actor, T, 1, n_actors=2,
+                          n_buffers=2, n_per_batch=2,
+                          start_method=start_method, **kwargs)
 
 
 def wait_until(condition, bound, step=0.02):

@@ -15,115 +15,22 @@ import pytest
 import torch
 from torch import nn
 
-from envs import CountingEnv, counting_factory
-from rlplay.engine import BaseActorModule, collect, prepare, startup
-from rlplay.engine.envs import make_envs
-from rlplay.engine.seeds import env_seed_sequences
-from rlplay.engine.nested import flatten, suply
+from envs import ENV_INFO, counting_factory, mixed_factory
+from generators import (CountingActor, assert_fragments_equal, identities,
+                        running, slot, without_version)
+from reference import reference
 from rlplay.engine.rollout import multi, same
-from rlplay.engine.core import env_axes
 from rlplay.engine import pool
 from rlplay.engine.utils import get_context, preload_forkserver
 
 # workers unpickle this module's actors by reference, so each would import
 # it (and pytest) anew: have the fork server import them once instead
 # (this runs at collection, before any test starts the fork server)
-preload_forkserver(get_context("forkserver"), ("pytest", "envs", __name__))
+preload_forkserver(get_context("forkserver"),
+                   ("pytest", "envs", "generators", __name__))
 
 # generous bounds: a failure is reported long before them
 TIMEOUT = 10.0
-ENV_INFO = {"t": 0, "done": 0.0}
-
-
-def mixed_factory(seed):
-    """Half the envs terminate every 3 steps, all are truncated at 4."""
-    return CountingEnv(term_every=3 if seed % 2 else None, trunc_at=4)
-
-
-class CountingActor(BaseActorModule):
-    """A deterministic recurrent actor.
-
-    ``act = (obs + stepno + shift) % 5``; ``hx`` of shape ``(B, 2)`` (its
-    env dimension first: ``hx_dim = 0``) sums the observations and step
-    numbers seen since the episode began; ``info`` holds ``value = obs *
-    w`` and that ``hx``.
-    """
-
-    hx_dim = 0
-
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor(0.5))
-        self.register_buffer("shift", torch.zeros((), dtype=torch.int64))
-
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        x = obs[..., 0]
-        if hx is None:
-            hx = torch.zeros(x.shape[1], 2)
-        hx = hx + torch.stack([x[0], stepno[0].float()], dim=-1)
-        act = (x.long() + stepno + self.shift) % 5
-        return act, hx, {"value": x * self.w, "h": hx.unsqueeze(0)}
-
-
-def without_version(fragment):
-    """A fragment with ``meta.version`` left out (``None``)."""
-    return fragment._replace(meta=fragment.meta._replace(version=None))
-
-
-def assert_fragments_equal(got, want):
-    """Every leaf equal (``torch.equal``), with the path of the first that
-    is not."""
-    def check(path, x, y):
-        assert x.shape == y.shape and x.dtype == y.dtype, path
-        assert torch.equal(x, y), f"{path} differs:\n{x}\n{y}"
-
-    for name in want._fields:
-        leaves_got = flatten(getattr(got, name))
-        leaves_want = flatten(getattr(want, name))
-        assert len(leaves_got) == len(leaves_want), name
-        for i, (x, y) in enumerate(zip(leaves_got, leaves_want)):
-            check(f"{name}[{i}]", x, y)
-
-
-def slot(batch, s, B, hx_dim):
-    """The fragment in slot ``s`` of a collated batch."""
-    dims = env_axes(hx_dim)
-    return type(batch)(*[
-        suply(lambda x, dim=dim: x.narrow(dim, s * B, B), field)
-        for field, dim in zip(batch, dims)])
-
-
-def reference(factory, actor, n_steps, n_per_actor, entropy, worker,
-              count, env_info):
-    """The first ``count`` fragments of worker ``worker``, collected here
-    with the core loop alone."""
-    seeds = env_seed_sequences(entropy, n_per_actor, worker)
-    envs = make_envs(factory, seeds)
-    buffer = prepare(envs[0], actor, n_steps, n_per_actor, env_info=env_info)
-    first = worker * n_per_actor
-    ctx = startup(envs, actor, buffer, seeds, worker=worker,
-                  env_ids=np.arange(first, first + n_per_actor))
-    fragments = []
-    for _ in range(count):
-        collect(actor, buffer, ctx)
-        fragments.append(suply(torch.clone, buffer.pyt))
-    return fragments
-
-
-def identities(batch, n_per_batch, B):
-    """``(worker, seq)`` of each slot, checking that a slot is one fragment
-    of one worker's envs."""
-    meta = batch.meta
-    out = []
-    for s in range(n_per_batch):
-        cols = slice(s * B, (s + 1) * B)
-        worker, seq = int(meta.worker[s * B]), int(meta.seq[s * B])
-        assert torch.all(meta.worker[cols] == worker)
-        assert torch.all(meta.seq[cols] == seq)
-        assert torch.equal(meta.env[cols],
-                           torch.arange(worker * B, (worker + 1) * B))
-        out.append((worker, seq))
-    return out
 
 
 # ------------------------------------------------------------ equivalence --
@@ -156,8 +63,9 @@ def test_collation_matches_each_workers_fragments():
     B, T, entropy = 3, 5, 99
     feed = multi.rollout(mixed_factory, CountingActor(), T, 2, B, 4, 2,
                          entropy=entropy, env_info=ENV_INFO, timeout=TIMEOUT)
-    refs = [reference(mixed_factory, CountingActor(), T, B, entropy, w, 20,
-                      ENV_INFO) for w in range(2)]
+    refs = [reference(mixed_factory, CountingActor(), T, B, entropy,
+                      worker=w, count=20, env_info=ENV_INFO)
+            for w in range(2)]
     with closing(feed):
         for batch in itertools.islice(feed, 10):
             assert batch.hx.shape == (2 * B, 2)
@@ -451,7 +359,7 @@ _EXIT_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 from envs import counting_factory
-from test_multi import CountingActor
+from generators import CountingActor
 from rlplay.engine.rollout import multi
 
 if __name__ == "__main__":
@@ -479,9 +387,4 @@ def test_interpreter_exits_without_close(ending, returncode, start_method):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == returncode, done.stderr
     for pid in map(int, done.stdout.split()):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue  # gone
-        assert state == "Z", f"worker {pid} outlived the interpreter"
+        assert not running(pid), f"worker {pid} outlived the interpreter"

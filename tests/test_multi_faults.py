@@ -18,42 +18,21 @@ import time
 import pytest
 import torch
 
-from envs import CountingEnv, FaultyEnv, counting_factory
+from envs import CountingEnv, FaultyEnv, StallingEnv, counting_factory
+from generators import (METHODS, ActorFailure, CountingActor, RaisingActor,
+                        gone, make as make_generator, raises_within)
 from rlplay.engine import BaseActorModule
-from rlplay.engine.rollout import multi
 from rlplay.engine import (RemoteTraceback, RolloutTimeout, WorkerDied,
                            WorkerError)
 from rlplay.engine.utils import get_context, preload_forkserver
-from test_multi import CountingActor
 
-preload_forkserver(get_context("forkserver"), ("pytest", "envs", __name__))
+preload_forkserver(get_context("forkserver"),
+                   ("pytest", "envs", "generators", __name__))
 
-METHODS = ["fork", "forkserver", "spawn"]
 # the bound on reporting a fault after the first batch, and the rollout's
 # timeout; start-up gets far more (a spawned worker imports torch)
 BOUND = 5.0
 START = 120.0
-
-
-class ActorFailure(Exception):
-    """Raised by :class:`RaisingActor`."""
-
-
-class RaisingActor(CountingActor):
-    """Raises on its ``after + 1``-th real step (in a worker: its third
-    fragment of 4 steps)."""
-
-    def __init__(self, after=8):
-        super().__init__()
-        self.after, self.calls = after, 0
-
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        if not virtual:
-            self.calls += 1
-            if self.calls > self.after:
-                raise ActorFailure("actor failed on purpose")
-        return super().step(stepno, obs, act, rew, fin, hx=hx,
-                            virtual=virtual)
 
 
 def worker_only_failing_factory():
@@ -63,15 +42,6 @@ def worker_only_failing_factory():
     return CountingEnv()
 
 
-class StallingEnv(CountingEnv):
-    """Stalls (sleeps for a minute) from step 6 on."""
-
-    def step(self, action):
-        if self.t >= 5:
-            time.sleep(60)
-        return super().step(action)
-
-
 def make(factory, actor=None, start_method="fork", **kwargs):
     """Two workers of one env each (one under spawn, whose workers import
     torch afresh), a pool of two buffers, one fragment per batch: a worker
@@ -79,25 +49,12 @@ def make(factory, actor=None, start_method="fork", **kwargs):
     (steps 9..12), so a fault at step 10 never comes before the first
     batch."""
     args = dict(timeout=BOUND, start_timeout=START, shutdown_timeout=2.0,
-                entropy=0, start_method=start_method)
+                entropy=0)
     args.update(kwargs)
-    n_actors = 1 if start_method == "spawn" else 2
-    return multi.rollout(factory, actor or CountingActor(), 4, n_actors, 1,
-                         2, 1, **args)
-
-
-def raises_within(feed, exc_type, bound=BOUND):
-    """Iterate until ``exc_type`` is raised, at most ``bound`` s later."""
-    tic = time.monotonic()
-    with pytest.raises(exc_type) as info:
-        for _ in range(100_000):
-            next(feed)
-    assert time.monotonic() - tic < bound
-    # a broken rollout stays broken, with the same error
-    with pytest.raises(exc_type) as again:
-        next(feed)
-    assert again.value is info.value
-    return info.value
+    return make_generator(
+        "multi", factory, actor or CountingActor(), 4, 1,
+        n_actors=1 if start_method == "spawn" else 2, n_buffers=2,
+        n_per_batch=1, start_method=start_method, **args)
 
 
 def check_worker_error(err, exc_type, message, where=None):
@@ -108,14 +65,6 @@ def check_worker_error(err, exc_type, message, where=None):
     assert err.worker in (0, 1)
     if where is not None:
         assert f"in {where}" in str(err)
-
-
-def gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 @pytest.mark.parametrize("start_method", METHODS)
@@ -142,7 +91,7 @@ def test_step_raises(start_method):
                 start_method=start_method)
     with feed:
         next(feed)
-        err = raises_within(feed, WorkerError)
+        err = raises_within(feed, WorkerError, BOUND)
     check_worker_error(err, ValueError, "step failed on purpose", "collect")
     assert "FaultyEnv" in err.remote_traceback or "envs.py" in \
         err.remote_traceback
@@ -153,7 +102,7 @@ def test_actor_raises(start_method):
     feed = make(counting_factory, RaisingActor(), start_method=start_method)
     with feed:
         next(feed)
-        err = raises_within(feed, WorkerError)
+        err = raises_within(feed, WorkerError, BOUND)
     check_worker_error(err, ActorFailure, "actor failed on purpose",
                        "collect")
 
@@ -164,7 +113,7 @@ def test_worker_exits(start_method):
                 start_method=start_method)
     with feed:
         next(feed)
-        err = raises_within(feed, WorkerDied)
+        err = raises_within(feed, WorkerDied, BOUND)
     assert err.exitcode == 3 and "exit code 3" in str(err)
     assert err.worker in (0, 1)
 
@@ -175,7 +124,7 @@ def test_worker_sigkilled(start_method):
     with feed:
         next(feed)
         os.kill(feed.pids[0], signal.SIGKILL)
-        err = raises_within(feed, WorkerDied)
+        err = raises_within(feed, WorkerDied, BOUND)
     assert err.exitcode == -signal.SIGKILL and "SIGKILL" in str(err)
     assert err.worker == 0
 
@@ -197,7 +146,7 @@ def test_worker_segfaults():
                 start_method="forkserver")
     with feed:
         next(feed)
-        err = raises_within(feed, WorkerDied)
+        err = raises_within(feed, WorkerDied, BOUND)
     assert err.exitcode == -signal.SIGSEGV and "SIGSEGV" in str(err)
 
 
@@ -263,6 +212,6 @@ def test_closures_under_spawn():
             obs, act = batch.state.obs[:-1, :, 0], batch.state.act[1:]
             assert torch.equal(act, (obs.long() + term) % 5)
             assert batch.state.fin[1:].any()  # episodes of 3 steps
-        err = raises_within(feed, WorkerError)
+        err = raises_within(feed, WorkerError, BOUND)
     assert err.exc_type is KeyError
     assert "closure actor failed on purpose" in err.remote_message

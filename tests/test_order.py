@@ -19,7 +19,7 @@ import pytest
 from envs import CountingEnv, claim
 from rlplay.engine.seeds import env_seed_sequences, reset_seed
 from rlplay.engine.rollout import multi, single
-from test_multi import CountingActor, identities
+from generators import CountingActor, identities
 
 BOUND = 10.0
 START = 60.0

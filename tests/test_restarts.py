@@ -23,9 +23,11 @@ alone from the seeds of the generation that collected it
 (:func:`reference`): before the failure, those of generation 0; after it,
 those of the replacement's generation, from resets (row 0: ``fin``,
 ``stepno = 0``), with ``meta.seq`` going on where the last fragment
-received left off. So the fragment in flight is never delivered in part,
-and no episode cut by the failure shows in the statistics; ``single``
-keeps a lag of exactly 1. The evaluator's results are checked the same way.
+received left off and ``meta.generation`` saying which generation
+collected it (after two failures, 0, 1, then 2). So the fragment in
+flight is never delivered in part, and no episode cut by the failure
+shows in the statistics; ``single`` keeps a lag of exactly 1. The
+evaluator's results are checked the same way.
 
 Then, under fork: ``restarts=0`` raises as without restarts; the actor's
 errors and rlplay's own checks are never restarted; crash loops raise at
@@ -56,23 +58,23 @@ import torch
 from envs import (CountingEnv, counting_factory, flaky_factory, claim,
                   in_worker, random_crash_factory)
 from conftest import _direct_children
-from rlplay.engine import (WorkerDied, WorkerError, collect, evaluate,
-                           prepare, startup)
+from generators import (METHODS, CountingActor, assert_fragments_equal,
+                        identities, make as make_generator, slot,
+                        without_version)
+from reference import reference as core_reference
+from rlplay.engine import WorkerDied, WorkerError, evaluate
 from rlplay.engine.envs import make_envs
 from rlplay.engine.nested import suply
-from rlplay.engine.rollout import multi, single
-from rlplay.engine.rollout.evaluate import Evaluator
+from rlplay.engine.rollout import multi
 from rlplay.engine.rollout._params import SharedParams
 from rlplay.engine.seeds import (EVAL_COLLECTOR, PROBE_COLLECTOR,
                                  env_seed_sequences,
                                  next_reset_seeds, reset_seed)
 from rlplay.engine.utils import get_context, preload_forkserver
-from test_multi import (CountingActor, assert_fragments_equal, identities,
-                        slot, without_version)
 
-preload_forkserver(get_context("forkserver"), ("pytest", "envs", __name__))
+preload_forkserver(get_context("forkserver"),
+                   ("pytest", "envs", "generators", __name__))
 
-METHODS = ["fork", "forkserver", "spawn"]
 FAULTS = ["exit", "kill", "step", "factory"]
 T, B, TERM = 4, 2, 3      # steps per fragment, envs per worker, episode
 AT = 6                    # the step that fails: in fragment 1 (steps 5..8)
@@ -203,18 +205,9 @@ def reference(worker, generation, seq, count, n_envs=B):
     """Fragments ``seq .. seq + count - 1`` of worker ``worker`` as its
     generation ``generation`` collects them from its start, collected here
     with the core loop alone."""
-    seeds = env_seed_sequences(ENTROPY, n_envs, worker, generation)
-    envs = make_envs(PLAIN, seeds)
-    actor = CountingActor()
-    buffer = prepare(envs[0], actor, T, n_envs)
-    ctx = startup(envs, actor, buffer, seeds, worker=worker,
-                  env_ids=np.arange(worker * n_envs, (worker + 1) * n_envs),
-                  generation=generation, seq=seq)
-    fragments = []
-    for _ in range(count):
-        collect(actor, buffer, ctx)
-        fragments.append(suply(torch.clone, buffer.pyt))
-    return fragments
+    return core_reference(PLAIN, CountingActor(), T, n_envs, ENTROPY,
+                          worker=worker, count=count, generation=generation,
+                          seq=seq)
 
 
 class SeedActor(CountingActor):
@@ -280,21 +273,22 @@ def make_multi(factory, start_method="fork", actor=None, **kwargs):
     (one worker under spawn: while a spawned replacement imports torch, a
     learner fed by another worker would take a core from it)."""
     n_actors = 1 if start_method == "spawn" else 2
-    return multi.rollout(factory, actor or CountingActor(), T, n_actors, B,
-                         2 * n_actors, 2, **gen_kwargs(start_method, **kwargs))
+    return make_generator("multi", factory, actor or CountingActor(), T, B,
+                          n_actors=n_actors, n_buffers=2 * n_actors,
+                          n_per_batch=2, **gen_kwargs(start_method, **kwargs))
 
 
 def make_single(factory, start_method="fork", actor=None, **kwargs):
-    return single.rollout(factory, actor or CountingActor(), T, B,
+    return make_generator("single", factory, actor or CountingActor(), T, B,
                           **gen_kwargs(start_method, **kwargs))
 
 
 def make_evaluator(factory, start_method="fork", actor=None, **kwargs):
     """Two envs, four episodes of 3 steps: 6 steps per env and evaluation
     (step 6 ends the first evaluation: faults go at step 9)."""
-    kwargs = gen_kwargs(start_method, **kwargs)
-    return Evaluator(factory, actor or SeedActor(), n_envs=2,
-                     n_episodes=4, **kwargs)
+    return make_generator("evaluator", factory, actor or SeedActor(),
+                          n_envs=2, n_episodes=4,
+                          **gen_kwargs(start_method, **kwargs))
 
 
 def run_multi(feed, worker, restarts, after=3, keep=20, bound=START):
@@ -334,6 +328,9 @@ def check_multi(seqs, got, worker, generation):
         for seq in kept:
             assert_fragments_equal(without_version(got[w, seq]),
                                    without_version(want[seq]))
+            # 0 before the failure, then the replacement's generation
+            expected = generation if w == worker and seq >= LOST else 0
+            assert torch.all(got[w, seq].meta.generation == expected)
     assert_reset_row(got[worker, LOST], worker, generation)
     assert reset_obs(worker, generation) != reset_obs(worker, 0)
 
@@ -359,6 +356,9 @@ def check_single(fragments, generation):
     for got, ref in zip(fragments, want):
         assert_fragments_equal(without_version(got), without_version(ref))
     assert_reset_row(fragments[LOST], 0, generation)
+    # 0 before the failure, then the replacement's generation
+    assert [fragment.meta.generation.tolist() for fragment in fragments] \
+        == [[0] * B] * LOST + [[generation] * B] * (len(fragments) - LOST)
 
 
 def run_evaluator(evaluator, actor, count=3, timeout=BOUND):
@@ -432,6 +432,42 @@ def test_evaluator_survives(tmp_path, start_method, fault):
     check_restarts(evaluator, generation)
     assert evaluator.stats["evaluations"] == 3
     check_account(evaluator.stats["workers"][0], generation, CAUSES[fault])
+
+
+# -------------------------------------------------- meta.generation --
+
+@pytest.mark.parametrize("kind", ["single", "multi"])
+def test_generation_counts_the_restarts(tmp_path, kind):
+    """Worker 0 fails twice, each time in the second fragment of its
+    generation: generation 0 delivers fragment 0, generation 1 (from
+    resets) fragment 1, generation 2 (from resets) fragments 2 on. Each
+    fragment's ``meta.generation`` is that of the worker that collected
+    it, the number of restarts before it started; each fragment is the
+    reference's of that generation (which records ``generation`` too)."""
+    feed, generation = make(kind, tmp_path, "exit", times=2)
+    assert generation == 2
+    with feed:
+        if kind == "multi":
+            seqs, got = run_multi(feed, 0, 2)
+            assert seqs[0] == list(range(len(seqs[0])))
+            fragments = [got[0, seq] for seq in seqs[0]]
+            others = [got[1, seq] for seq in seqs[1] if (1, seq) in got]
+        else:
+            fragments, others = run_single(feed), []
+        check_restarts(feed, 2)
+        check_account(feed.stats["workers"][0], 2, CAUSES["exit"])
+    assert [fragment.meta.generation.tolist() for fragment in fragments] \
+        == [[0] * B, [1] * B] + [[2] * B] * (len(fragments) - 2)
+    want = reference(0, 0, 0, 1) + reference(0, 1, 1, 1) + reference(
+        0, 2, 2, len(fragments) - 2)
+    for got_fragment, ref in zip(fragments, want):
+        assert_fragments_equal(without_version(got_fragment),
+                               without_version(ref))
+    assert_reset_row(fragments[1], 0, 1)
+    assert_reset_row(fragments[2], 0, 2)
+    # the other worker never restarted
+    assert all(torch.all(fragment.meta.generation == 0)
+               for fragment in others)
 
 
 # ----------------------------------------------- when a restart is refused --

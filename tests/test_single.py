@@ -12,15 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from envs import CountingEnv, FaultyEnv, counting_factory
-
+from envs import ENV_INFO, CountingEnv, FaultyEnv, counting_factory
+from generators import without_version
 from rlplay.engine import BaseActorModule, PolicyActor, episode_stats
 from rlplay.engine.nested import tuply
 from rlplay.engine.rollout import same, single
 from rlplay.engine import WorkerError
 
 T, B = 5, 3
-ENV_INFO = {"t": 0, "done": 0.0}
 
 
 class RuleActor(BaseActorModule):
@@ -58,10 +57,6 @@ def leaves_equal(a, b):
     tuply(compare, a, b)
     assert not different, different
     return True
-
-
-def without_version(batch):
-    return batch._replace(meta=batch.meta._replace(version=None))
 
 
 def factory_with_ends(seed):

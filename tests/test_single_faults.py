@@ -17,12 +17,11 @@ import pytest
 import torch
 
 from envs import CountingEnv, FaultyEnv, counting_factory, failing_factory
+from generators import METHODS, make as make_generator, running
 
 from rlplay.engine import BaseActorModule
-from rlplay.engine.rollout import single
 from rlplay.engine import RolloutTimeout, WorkerDied, WorkerError
 
-METHODS = ["fork", "spawn", "forkserver"]
 T, B = 4, 2
 # the bound on reporting a failure once it happened (seconds)
 BOUND = 5.0
@@ -82,8 +81,8 @@ class HangingEnv(CountingEnv):
 
 def make(factory, start_method, actor=None, **kwargs):
     kwargs = {"timeout": BOUND, "start_timeout": START, **kwargs}
-    return single.rollout(factory, actor or FaultyActor(10**9), T, B,
-                          start_method=start_method, **kwargs)
+    return make_generator("single", factory, actor or FaultyActor(10**9), T,
+                          B, start_method=start_method, **kwargs)
 
 
 def failure(feed, exc_type, *, started=False):
@@ -281,14 +280,6 @@ if __name__ == "__main__":
 """
 
 
-def _running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("kill", [False, True], ids=["exit", "killed"])
 def test_workers_end_with_the_learner(kill):
     """The interpreter exits although nothing was closed; a learner killed
@@ -301,9 +292,9 @@ def test_workers_end_with_the_learner(kill):
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 3
     deadline = time.monotonic() + BOUND
-    while any(map(_running, pids)) and time.monotonic() < deadline:
+    while any(map(running, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(map(_running, pids))
+    assert not any(map(running, pids))
 
 
 def test_worker_ignores_ctrl_c():
