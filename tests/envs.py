@@ -536,3 +536,85 @@ class BadRewardEnv(CountingEnv):
         if self.steps == self.at:
             rew = self.reward
         return obs, rew, terminated, truncated, info
+
+
+# ----------------------------------------------- batched sources (vector) --
+
+class EndsEnv(CountingEnv):
+    """A CountingEnv whose episodes end at steps that depend on its reset
+    seed (the offset): terminated where ``(t + offset // 1000) % 7 == 0``,
+    truncated at ``trunc_at`` steps; so that the columns of a batch end at
+    different rows, by termination or by truncation."""
+
+    def __init__(self, trunc_at=5):
+        super().__init__(term_every=None, trunc_at=trunc_at)
+
+    def step(self, action):
+        obs, rew, terminated, truncated, info = super().step(action)
+        if (self.t + int(self.offset) // 1000) % 7 == 0:
+            terminated = True
+            info["done"] = 1.0
+        return obs, rew, terminated, truncated, info
+
+
+def ends_vector(k=4, mode="same_step", asynchronous=False, shared=True,
+                trunc_at=5):
+    """A Gymnasium vector env of ``k`` :class:`EndsEnv` in autoreset
+    ``mode`` (``SyncVectorEnv``, or ``AsyncVectorEnv`` with or without
+    shared memory)."""
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+    fns = [lambda: EndsEnv(trunc_at=trunc_at)] * k
+    mode = AutoresetMode[mode.upper()]
+    if asynchronous:
+        return AsyncVectorEnv(fns, shared_memory=shared, autoreset_mode=mode)
+    return SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+class LateVectorEnv(gymnasium.vector.VectorEnv):
+    """``k`` :class:`EndsEnv` as a native vector env with next-step
+    autoreset and no partial reset (as Gymnasium's ``CartPoleVectorEnv``:
+    ``reset`` takes one seed and resets every env, whatever its options).
+    ``calls`` logs every step: the actions, and per env whether the call
+    was a reset (the action ignored), the observation, reward and ends."""
+
+    metadata = {"autoreset_mode": gymnasium.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, k=4, trunc_at=5):
+        from gymnasium.vector.utils import batch_space
+        self.envs = [EndsEnv(trunc_at=trunc_at) for _ in range(k)]
+        self.num_envs = k
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+        self.observation_space = batch_space(self.single_observation_space,
+                                             k)
+        self.action_space = batch_space(self.single_action_space, k)
+        self.autoreset = np.zeros(k, bool)
+        self.calls = []
+
+    def reset(self, *, seed=None, options=None):
+        rng = np.random.default_rng(seed)
+        seeds = rng.integers(2**31, size=self.num_envs)
+        obs = [env.reset(seed=int(s))[0] for env, s in zip(self.envs, seeds)]
+        self.autoreset[:] = False
+        return np.stack(obs), {}
+
+    def step(self, actions):
+        actions = np.array(actions)
+        out = []
+        for j, env in enumerate(self.envs):
+            if self.autoreset[j]:
+                obs, _ = env.reset()
+                out.append((obs, 0.0, False, False, True))
+            else:
+                obs, rew, term, trunc, _ = env.step(int(actions[j]))
+                out.append((obs, rew, term, trunc, False))
+        obs, rew, term, trunc, was_reset = (np.array(x) for x in zip(*out))
+        self.calls.append(dict(actions=actions, obs=obs.copy(), rew=rew,
+                               terminated=term, truncated=trunc,
+                               reset=was_reset))
+        self.autoreset = term | trunc
+        return obs, rew.astype(np.float64), term, trunc, {}
+
+
+def late_vector(k=4, trunc_at=5):
+    return LateVectorEnv(k, trunc_at)

@@ -75,6 +75,7 @@ CHECKS = {
     "03_many_actors_memory": _check_memory,
     "04_structured_spaces": _check_structured,
     "05_cluster": _check_solved,
+    "06_vector_envs": _check_solved,
 }
 
 

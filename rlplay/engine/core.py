@@ -103,6 +103,23 @@ look like episodes that end at once: :func:`rlplay.engine.returns.frozen`
 finds them (rows after the first end in rows ``1..T``), and the ``mask=``
 of :func:`~rlplay.engine.returns.returns` and
 :func:`~rlplay.engine.returns.gae` zeroes their results.
+
+Lost calls. A batched source with next-step autoreset that cannot reset
+one of its envs alone (a native vector env such as Gymnasium's
+``CartPoleVectorEnv``; see :mod:`rlplay.engine.envs.vector`) resets an
+ended env at its next call and ignores the action there. Where env ``j``'s
+episode ended at row ``t``, row ``t`` then holds its true last observation
+in ``obs`` (as in ``final``: the reset observation is not known yet), and
+row ``t + 1``, the lost call, holds the reset observation with ``fin =
+True``, ``rew = 0``, ``stepno = 0``, ``truncated = False``, no episode
+statistics and no env info: ``fin[t + 1]`` still means that ``obs[t + 1]``
+starts the next episode, and the action recorded there (``act[t + 1]``,
+chosen at row ``t``) was never executed. Such a row, as a frozen one, is
+no transition: :func:`acted` is false there, and
+:func:`episode_stats`, ``mask=~acted(fragment)`` of the returns, and
+every consumer of fragments leave it out. Every other source (single
+envs, same-step or disabled autoreset, a source that resets an env alone)
+gives exactly the layout of a list of single envs.
 """
 from collections import namedtuple
 
@@ -120,6 +137,7 @@ from .shared import Aliased, aliased, copy_, torchify
 __all__ = [
     "check_count",
     "check_spaces_mode",
+    "check_sticky",
     "State",
     "Fragment",
     "EpisodeStats",
@@ -213,9 +231,9 @@ def acted(fragment):
     """The rows of a fragment that an executed action led to.
 
     Rows ``1 .. T`` but the frozen rows of a sticky fragment (those after
-    an env's episode ended: ``fin`` set with no episode statistics, see
-    the module docstring); row 0 repeats the previous fragment's row ``T``
-    and is never counted. Episode statistics, and the masks of
+    an env's episode ended) and the lost calls of a next-step source: rows
+    with ``fin`` set and no episode statistics (see the module docstring);
+    row 0 repeats the previous fragment's row ``T`` and is never counted. Episode statistics, and the masks of
     :func:`rlplay.engine.returns.returns` and
     :func:`~rlplay.engine.returns.gae` (``mask=~acted(fragment)``), follow
     it.
@@ -687,6 +705,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     views = ctx.views(buffer)
     envs, T = ctx.envs, len(views.steps)
     n_envs = envs.n_envs
+    if sticky:
+        check_sticky(envs)
     _begin_fragment(npy, ctx)
     hx = ctx.hx
     copy_(pyt.hx, hx)
@@ -726,10 +746,13 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             if checking and step.out.final is not None:
                 checks.observation(getitem(step.out.final, ended),
                                    _final_label(t), ended)
+        lost = envs.lost
+        if lost:  # the new episodes start here (see the module docstring)
+            stepno[t + 1:, lost] = ramp[:T - t, None]
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
         hx = hx_next
-        if ended or frozen:
+        if ended or frozen or lost:
             if sticky:  # every env whose episode ended is frozen
                 frozen = np.flatnonzero(row_next.fin).tolist()
                 live = np.flatnonzero(~row_next.fin).tolist()
@@ -744,15 +767,37 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     return buffer
 
 
+def check_sticky(envs):
+    """Refuse ``sticky=True`` for an env batch that cannot leave some of
+    its columns unstepped (a vector source steps them all).
+
+    Raises
+    ------
+    ValueError
+    """
+    if not envs.can_freeze:
+        raise ValueError(
+            "sticky=True freezes an env once its episode ended, but the "
+            "factory's source steps all its envs at every call (a vector "
+            "env or EnvPool): use sticky=False, or a factory of single envs")
+
+
 def _end_episodes(ended, step, ep_return, stepno, ramp, t):
     """Episode statistics of the columns ``ended`` at row ``t + 1``, and
     their new episodes' step counts down the rest of the fragment."""
     T = len(ramp) - 1
-    for j in ended:
+    if len(ended) == 1:  # the common case, without fancy indexing
+        j, = ended
         # an episode's length is its step count plus this step
         step.ret[j], step.length[j] = ep_return[j], step.row.stepno[j] + 1
         ep_return[j] = 0.0
         stepno[t + 1:, j] = ramp[:T - t]
+        return
+    ended = np.array(ended)  # indexing by an array is cheaper than a list
+    step.ret[ended] = ep_return[ended]
+    step.length[ended] = step.row.stepno[ended] + 1
+    ep_return[ended] = 0.0
+    stepno[t + 1:, ended] = ramp[:T - t, None]
 
 
 def _begin_fragment(npy, ctx):
@@ -933,12 +978,20 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     npy.fin[:] = True
     hx = _initial_hx(actor, row)
     rew = np.zeros(n_envs, np.float64)
+    # a list of single envs is not reset by its step (an env whose quota is
+    # played stays as it is), so the last observations are in `obs`
+    autoreset = not envs.can_freeze
     out = RowOut(t=0, obs=npy.obs, rew=rew, fin=npy.fin, truncated=None,
-                 final=None, info={}, info_mask={})
+                 final=aliased(example.obs, n_envs).npy if autoreset
+                 else None, info={}, info_mask={})
+    last = out.final if autoreset else npy.obs
     results = [[] for _ in range(n_envs)]
     ep_return = np.zeros(n_envs, np.float64)
     ep_length = np.zeros(n_envs, np.int64)
     active = np.ones(n_envs, bool)
+    # cut at max_steps where the column cannot be reset alone: its steps
+    # count for nothing until its episode ends on its own
+    draining = np.zeros(n_envs, bool)
     n_first = 0  # envs that finished their first episode
     t = 0
     while active.any():
@@ -954,30 +1007,37 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         if checking:
             checks.action(getitem(npy.act, live), t, live)
         npy.fin[live] = False
-        # the envs are not reset: an env whose quota is played stays as it is
-        ended = envs.step(npy.act, out._replace(t=t), live.tolist(),
-                          autoreset=False, on_cast=on_cast)
-        ep_return[live] += rew[live]
-        ep_length[live] += 1
+        # single envs are stepped where they play on, and reset here where
+        # they play another episode; a batched source steps (and resets)
+        # all its columns, the ended ones are filtered by `active`
+        ended = envs.step(npy.act, out._replace(t=t),
+                          live.tolist() if envs.can_freeze else None,
+                          autoreset=autoreset, on_cast=on_cast)
+        counted = active & ~draining
+        counted[list(envs.lost)] = False  # lost calls are no steps
+        ep_return[counted] += rew[counted]
+        ep_length[counted] += 1
         npy.rew[live] = rew[live]
-        if max_steps is not None:
-            ended = sorted(set(ended).union(
-                live[ep_length[live] >= max_steps].tolist()))
-        if ended:
-            if checking:  # their last observations, not reset yet
-                checks.observation(getitem(npy.obs, ended), _final_label(t),
-                                   ended)
-            for j in ended:
-                results[j].append((ep_return[j], ep_length[j]))
-                n_first += len(results[j]) == 1
-                ep_return[j], ep_length[j] = 0.0, 0
-                active[j] = len(results[j]) < quota
-            again = [j for j in ended if active[j]]
-            if again:
-                envs.reset(npy.obs, at=again, t=t, on_cast=on_cast)
-            npy.fin[ended] = True
+        ended = [j for j in ended if active[j]]
+        if checking and ended:  # the last observations
+            checks.observation(getitem(last, ended), _final_label(t), ended)
+        done = [j for j in ended if not draining[j]]
+        draining[ended] = False
+        cut = [] if max_steps is None else np.flatnonzero(
+            counted & (ep_length >= max_steps) & ~npy.fin).tolist()
+        for j in done + cut:
+            results[j].append((ep_return[j], ep_length[j]))
+            n_first += len(results[j]) == 1
+            ep_return[j], ep_length[j] = 0.0, 0
+            active[j] = len(results[j]) < quota
+        again = [j for j in (cut if autoreset else ended + cut) if active[j]]
+        if again and envs.can_reset_columns:
+            envs.reset(npy.obs, at=sorted(again), t=t, on_cast=on_cast)
+        elif again:
+            draining[again] = True
+        npy.fin[cut] = True
         npy.stepno[live] += 1
-        npy.stepno[ended] = 0
+        npy.stepno[npy.fin] = 0
         if checking:
             live = np.flatnonzero(active)
             checks.observation(getitem(npy.obs, live),

@@ -1,22 +1,29 @@
-"""The env adapter: the only package that knows the Gymnasium API.
+"""The env adapter: the only package that knows the Gymnasium (and
+EnvPool) API.
 
 - :mod:`.spaces`: example leaves of spaces (what sizes the buffers),
   placeholders, a vectorised membership test, env info layouts;
 - :mod:`.batch`: the env-batch interface that the core loops step
-  (:class:`EnvBatch`: ``reset``, ``step``, ``close``), its implementation
-  for a list of single envs (:class:`EnvList`), making, seeding and
-  closing envs.
+  (:class:`EnvBatch`: ``reset``, ``step``, ``close``) and its
+  implementation for a list of single envs (:class:`EnvList`);
+- :mod:`.vector`: its implementations for batched sources, a Gymnasium
+  ``VectorEnv`` in any autoreset mode (:class:`VectorSource`) and an
+  EnvPool env (:class:`EnvPoolSource`);
+- :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
+  several sources side by side (:class:`EnvConcat`).
 """
-from .batch import (EnvBatch, EnvList, RowOut, as_batch, cast_problem,
-                    check_step, close_envs, make_batch, make_envs, reset,
-                    reward)
+from .batch import (EnvBatch, EnvList, RowOut, cast_problem, check_step,
+                    close_envs, make_envs, reset, reward)
+from .sources import EnvConcat, as_batch, check_columns, make_batch
 from .spaces import (format_value, info_example, space_checker,
                      space_example, space_placeholder)
+from .vector import EnvPoolSource, VectorSource, is_envpool
 
 __all__ = [
-    "EnvBatch", "EnvList", "RowOut", "as_batch", "cast_problem",
-    "check_step", "close_envs", "make_batch", "make_envs", "reset",
-    "reward",
+    "EnvBatch", "EnvList", "RowOut", "cast_problem", "check_step",
+    "close_envs", "make_envs", "reset", "reward",
+    "EnvConcat", "as_batch", "check_columns", "make_batch",
     "format_value", "info_example", "space_checker", "space_example",
     "space_placeholder",
+    "EnvPoolSource", "VectorSource", "is_envpool",
 ]

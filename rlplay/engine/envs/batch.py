@@ -45,8 +45,6 @@ __all__ = [
     "EnvBatch",
     "EnvList",
     "make_envs",
-    "make_batch",
-    "as_batch",
     "close_envs",
     "reset",
     "check_step",
@@ -87,10 +85,23 @@ class EnvBatch:
     n_envs : int
     observation_space, action_space : gymnasium.Space
         The spaces of one column.
+    can_freeze : bool
+        Whether ``step`` can leave some columns unstepped (``live``).
+    can_reset_columns : bool
+        Whether ``reset`` can reset some columns alone (``at``).
+    lost : list of int
+        After ``step``: the columns whose call was lost (their row holds
+        the reset observation of a source that resets one call late).
     """
 
     n_envs = 0
     observation_space = action_space = None
+    # whether a column can be left unstepped (sticky freezes columns), and
+    # reset alone (evaluate cuts episodes at max_steps)
+    can_freeze = can_reset_columns = True
+    # the columns whose last step was a lost call (see envs.vector): their
+    # row holds a reset observation that no executed action led to
+    lost = ()
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
         """Reset the columns ``at`` (all by default) and write their
@@ -479,19 +490,3 @@ def reward(value, j, t):
         return float(value.reshape(()))
     raise TypeError(f"env {j} step {t}: the reward must be a real number, "
                     f"got {type(value).__name__} {value!r}")
-
-
-
-
-def make_batch(factory, seed_sequences):
-    """An :class:`EnvBatch` of one env per seed sequence, made by
-    ``factory`` (as :func:`make_envs`)."""
-    return EnvList(make_envs(factory, seed_sequences))
-
-
-def as_batch(envs):
-    """``envs`` as an :class:`EnvBatch`: itself, or a list of envs in an
-    :class:`EnvList`."""
-    if isinstance(envs, EnvBatch):
-        return envs
-    return EnvList(envs)

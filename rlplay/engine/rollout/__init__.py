@@ -60,6 +60,13 @@ keyword             default    meaning
                                run (see the README's "When environments
                                crash")
 ``restart_delay``   1 s        seconds before a replacement starts
+``cpu_affinity``    ``None``   where the workers run: ``None`` (where the
+                               OS puts them), ``'auto'`` (worker ``i`` on
+                               the ``i``-th of the cores this process may
+                               use, round robin) or one set of cores per
+                               worker; applied in each worker before it
+                               makes its envs, refused up front where the
+                               platform has no affinity call
 ==================  =========  =============================================
 
 Timeouts and ``restart_delay`` are finite numbers of seconds (``None``

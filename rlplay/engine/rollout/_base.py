@@ -27,11 +27,12 @@ import numpy as np
 import torch
 
 from ..actor import check_actor
-from ..core import check_count, check_spaces_mode, episode_stats, prepare
-from ..envs import make_batch
+from ..core import (check_count, check_spaces_mode, check_sticky,
+                    episode_stats, prepare)
+from ..envs import check_columns, make_batch
 from ..errors import RolloutError
 from ..seeds import PROBE_COLLECTOR, env_seed_sequences, seed_sequence
-from ..utils.mp import Cloudpickled, check_timeouts
+from ..utils.mp import Cloudpickled, check_cpu_affinity, check_timeouts
 from ._collector import SessionSpec
 from ._params import cpu_copy
 
@@ -211,7 +212,8 @@ class Deadline:
 
 
 def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
-                    check_spaces="first", restarts=0, restart_delay=0.0):
+                    check_spaces="first", restarts=0, restart_delay=0.0,
+                    cpu_affinity=None, n_workers=1):
     """Check a generator's arguments up front (nothing is started yet).
 
     Raises
@@ -228,6 +230,7 @@ def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
         raise TypeError(f"sticky must be a bool, got {sticky!r}")
     check_spaces_mode(check_spaces)
     check_count("restarts", restarts, 0)
+    check_cpu_affinity(cpu_affinity, n_workers)
     # a replacement due at infinity would leave next() waiting for good
     if isinstance(restart_delay, bool) or not isinstance(
             restart_delay, numbers.Real) or not 0 <= restart_delay < math.inf:
@@ -236,14 +239,17 @@ def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
 
 
 def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
-                 final=True):
+                 final=True, sticky=False, name="n_envs"):
     """Size a generator's buffers in the learner, from a probe env.
 
-    Makes one env batch with ``factory`` (seeded as the env of collector
-    :data:`~rlplay.engine.seeds.PROBE_COLLECTOR` of ``entropy``), runs
+    Makes one source with ``factory`` (one env, or a vector source of
+    ``k``; seeded as collector
+    :data:`~rlplay.engine.seeds.PROBE_COLLECTOR` of ``entropy``), checks
+    that ``n_envs`` (the argument ``name``) is a whole number of such
+    sources and that ``sticky`` suits them, runs
     :func:`~rlplay.engine.core.prepare` with the worker's ``actor`` and
-    closes it; a failure is raised here, as by ``same.rollout``. The
-    actor's virtual call draws from a forked torch generator, so that
+    closes the source; a failure is raised here, as by ``same.rollout``.
+    The actor's virtual call draws from a forked torch generator, so that
     making a rollout leaves the learner's random numbers alone.
 
     Returns
@@ -251,9 +257,13 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
     Fragment of zero-filled CPU tensors, shape = (1 + n_steps, n_envs, ...)
         A template of one buffer (not shared).
     """
-    probe = make_batch(factory, env_seed_sequences(entropy, 1,
-                                                   PROBE_COLLECTOR))
+    probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
+                                                   PROBE_COLLECTOR),
+                       max_sources=1)
     try:
+        check_columns(probe, n_envs, name)
+        if sticky:
+            check_sticky(probe)
         with torch.random.fork_rng(devices=[]):
             return prepare(probe, actor, n_steps, n_envs,
                            env_info=env_info, final=final).pyt
@@ -262,7 +272,8 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
 
 
 def worker_spec(factory, actor, n_steps, n_envs, entropy, *, sticky,
-                env_info, final, check_spaces):
+                env_info, final, check_spaces, cpu_affinity=None,
+                name="n_envs"):
     """What a generator with worker processes (or Ray actors) makes before
     they start: the run's root ``SeedSequence``, the workers' CPU copy of
     the actor, the layout of a fragment buffer (from a probe env,
@@ -278,8 +289,10 @@ def worker_spec(factory, actor, n_steps, n_envs, entropy, *, sticky,
     entropy = seed_sequence(entropy)  # one root for every worker
     worker_actor = cpu_copy(actor)
     template = probe_layout(factory, worker_actor, n_steps, n_envs, entropy,
-                            env_info=env_info, final=final)
+                            env_info=env_info, final=final, sticky=sticky,
+                            name=name)
     spec = SessionSpec(factory=Cloudpickled(factory),
                        actor=Cloudpickled(worker_actor), entropy=entropy,
-                       n_envs=n_envs, sticky=sticky, check_spaces=check_spaces)
+                       n_envs=n_envs, sticky=sticky, check_spaces=check_spaces,
+                       cpu_affinity=cpu_affinity)
     return spec, template

@@ -47,7 +47,7 @@ from ..pool import views
 from ..seeds import (collector_seed_sequence, env_seed_sequences,
                      next_reset_seeds, seed_worker)
 from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
-                        guard_parent, ignore_interrupts)
+                        guard_parent, ignore_interrupts, set_cpu_affinity)
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
            "SessionSpec", "Session", "WorkerConfig", "Buffers",
@@ -64,17 +64,22 @@ Failed = namedtuple("Failed", "record restartable")
 Bye = namedtuple("Bye", "seq")
 
 SessionSpec = namedtuple(
-    "SessionSpec", "factory actor entropy n_envs sticky check_spaces")
-SessionSpec.__doc__ = """What every worker of a generator shares.
+    "SessionSpec", "factory actor entropy n_envs sticky check_spaces "
+                   "cpu_affinity", defaults=(None,))
+SessionSpec.__doc__ = """What every worker of a generator shares (made by
+keyword).
 
 factory, actor : Cloudpickled
 entropy : SeedSequence
     The run's root.
 n_envs : int
-    Envs per worker.
+    Envs (columns) per worker.
 sticky : bool
 check_spaces : str
     As in :func:`rlplay.engine.core.collect`.
+cpu_affinity : None, 'auto' or tuple of tuples
+    Where each worker runs (:func:`rlplay.engine.utils.mp.
+    set_cpu_affinity`), applied before it makes its envs.
 """
 
 WorkerConfig = namedtuple(
@@ -188,6 +193,7 @@ class Session:
         spec = self.spec
         factory, actor = _loaded(spec.factory), _loaded(spec.actor)
         if not in_process:
+            set_cpu_affinity(spec.cpu_affinity, self.index)
             torch.set_num_threads(threads)
             seed_worker(collector_seed_sequence(
                 spec.entropy, self.collector, self.generation))

@@ -66,7 +66,8 @@ class Gathered(Supervised, Generator):
     max_lag : int, optional
         As documented by the subclass.
     entropy, sticky, env_info, final, device, pinned, copy, check_spaces,
-    timeout, start_timeout, shutdown_timeout, restarts, restart_delay
+    timeout, start_timeout, shutdown_timeout, restarts, restart_delay,
+    cpu_affinity
         The shared keywords (:mod:`rlplay.engine.rollout`).
 
     A subclass starts its workers in :meth:`_start`, which sets
@@ -82,7 +83,7 @@ class Gathered(Supervised, Generator):
                  pinned=False, copy=False, check_spaces="first",
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY):
+                 restart_delay=RESTART_DELAY, cpu_affinity=None):
         check_arguments(
             actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
                            ("n_per_actor", n_per_actor, 1),
@@ -92,7 +93,8 @@ class Gathered(Supervised, Generator):
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
             sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay)
+            restart_delay=restart_delay, cpu_affinity=cpu_affinity,
+            n_workers=n_actors)
         check_pool(n_buffers, n_per_batch, n_actors)
         self.delivery = Delivery(device, pinned, copy)
         self.device = self.delivery.device
@@ -103,7 +105,8 @@ class Gathered(Supervised, Generator):
         # here from a probe env that the factory makes and we close at once
         spec, template = worker_spec(
             factory, actor, n_steps, n_per_actor, entropy, sticky=sticky,
-            env_info=env_info, final=final, check_spaces=check_spaces)
+            env_info=env_info, final=final, check_spaces=check_spaces,
+            cpu_affinity=cpu_affinity, name="n_per_actor")
         hx_dim = getattr(actor, "hx_dim", 1)
         check_hx_dim(template.hx, hx_dim, n_per_actor)
         self._collation = Collation(template, hx_dim, n_per_batch,

@@ -127,7 +127,8 @@ class Evaluator(Supervised, Breakable):
         Cut episodes at this many steps (at least 1).
 
     The keywords every generator shares (``entropy``, ``start_method``,
-    the timeouts, ``restarts``, ``restart_delay``) are documented once, in
+    the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``) are
+    documented once, in
     :mod:`rlplay.engine.rollout`; here ``timeout`` is the default bound of
     :meth:`result` (300 s: the worker is silent for a whole evaluation),
     ``start_timeout`` is added to it while the worker starts, the envs
@@ -168,14 +169,15 @@ class Evaluator(Supervised, Breakable):
                  entropy=None, max_steps=None, start_method=None,
                  timeout=EVALUATION_TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY):
+                 restart_delay=RESTART_DELAY, cpu_affinity=None):
         check_arguments(
             actor, counts=[("n_envs", n_envs, 1),
                            ("n_episodes", n_episodes, 1)]
             + ([] if max_steps is None else [("max_steps", max_steps, 1)]),
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
-            restarts=restarts, restart_delay=restart_delay)
+            restarts=restarts, restart_delay=restart_delay,
+            cpu_affinity=cpu_affinity)
         if not callable(factory):
             raise TypeError(f"factory must be callable and return a "
                             f"Gymnasium env, got {type(factory).__name__}")
@@ -186,7 +188,7 @@ class Evaluator(Supervised, Breakable):
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
             entropy=entropy, n_envs=int(n_envs), sticky=False,
-            check_spaces="first")
+            check_spaces="first", cpu_affinity=cpu_affinity)
         self._requests = _EvaluationRequests(spec, self.params,
                                              (int(n_episodes), max_steps))
         self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,

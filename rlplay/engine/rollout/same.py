@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from ..core import prepare
+from ..core import check_sticky, prepare
 from ..seeds import collector_seed_sequence, seed_sequence, torch_seed
 from ._base import Generator, Stats, check_arguments
 from ._collector import Session, SessionSpec
@@ -105,6 +105,8 @@ class Rollout(Generator):
         self.session.start(in_process=True)
         self.envs, self.actor = self.session.envs, actor
         try:
+            if sticky:
+                check_sticky(self.envs)
             # sizing calls the actor virtually: keep that off every stream
             with torch.random.fork_rng(devices=[]):
                 self.buffer = prepare(self.envs, actor, n_steps, n_envs,

@@ -180,13 +180,13 @@ class Rollout(Supervised, Generator):
                  start_method=None, timeout=TIMEOUT,
                  start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY):
+                 restart_delay=RESTART_DELAY, cpu_affinity=None):
         check_arguments(
             actor, counts=[("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
             sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay)
+            restart_delay=restart_delay, cpu_affinity=cpu_affinity)
         self.delivery = Delivery(device, pinned, copy)
         self.device = self.delivery.device
         n_steps, n_envs = int(n_steps), int(n_envs)
@@ -197,7 +197,8 @@ class Rollout(Supervised, Generator):
         # this process, from a probe env the factory makes and we close
         spec, template = worker_spec(
             factory, actor, n_steps, n_envs, entropy, sticky=sticky,
-            env_info=env_info, final=final, check_spaces=check_spaces)
+            env_info=env_info, final=final, check_spaces=check_spaces,
+            cpu_affinity=cpu_affinity)
         self.params = SharedParams(actor, mp_ctx)
         self._held = None  # the arrival whose buffer the learner holds
         try:

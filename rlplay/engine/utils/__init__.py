@@ -2,12 +2,14 @@
 records, bounded waits and orphan guards (see :mod:`.mp`)."""
 from .mp import (DEFAULT_START_METHOD, FORKSERVER_PRELOAD, LOCK_TIMEOUT,
                  POLL_INTERVAL, Cloudpickled, ErrorRecord, bounded_acquire,
-                 check_timeouts, first_timeout, get_context, guard_parent,
-                 ignore_interrupts, join_or_kill, preload_forkserver)
+                 check_cpu_affinity, check_timeouts, first_timeout,
+                 get_context, guard_parent, ignore_interrupts, join_or_kill,
+                 preload_forkserver, set_cpu_affinity)
 
 __all__ = [
     "DEFAULT_START_METHOD", "FORKSERVER_PRELOAD", "LOCK_TIMEOUT",
     "POLL_INTERVAL", "Cloudpickled", "ErrorRecord", "bounded_acquire",
-    "check_timeouts", "first_timeout", "get_context", "guard_parent",
-    "ignore_interrupts", "join_or_kill", "preload_forkserver",
+    "check_cpu_affinity", "check_timeouts", "first_timeout", "get_context",
+    "guard_parent", "ignore_interrupts", "join_or_kill", "preload_forkserver",
+    "set_cpu_affinity",
 ]

@@ -15,6 +15,8 @@
   doing (Linux: the parent-death signal; everywhere: a watchdog thread).
 - :func:`check_timeouts`, :func:`first_timeout`, :func:`join_or_kill`:
   timeouts checked up front, the bound of a first wait, a bounded join.
+- :func:`check_cpu_affinity`, :func:`set_cpu_affinity`: where a worker
+  runs (``cpu_affinity=``), checked up front, applied in the worker.
 """
 import contextlib
 import ctypes
@@ -48,6 +50,8 @@ __all__ = [
     "check_timeouts",
     "first_timeout",
     "join_or_kill",
+    "check_cpu_affinity",
+    "set_cpu_affinity",
 ]
 
 DEFAULT_START_METHOD = ("forkserver" if "forkserver" in
@@ -270,3 +274,63 @@ def join_or_kill(processes, timeout):
         if proc.is_alive():
             proc.kill()
             proc.join(1.0)
+
+
+def check_cpu_affinity(cpu_affinity, n_workers):
+    """Check ``cpu_affinity=`` up front: ``None`` (where the OS likes),
+    ``"auto"`` (worker ``i`` on the ``i``-th core, round robin, of those
+    this process may use: ``os.sched_getaffinity(0)``), or one collection
+    of cores per worker. Returns it, the collections as tuples.
+
+    Raises
+    ------
+    ValueError
+        This platform has no affinity call (``os.sched_setaffinity``), a
+        core this process may not use, or not one set per worker.
+    TypeError
+        Anything else; the message names ``cpu_affinity``.
+    """
+    if cpu_affinity is None:
+        return None
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError(f"cpu_affinity={cpu_affinity!r} needs "
+                         f"os.sched_setaffinity, which {sys.platform} lacks: "
+                         f"leave it None")
+    if isinstance(cpu_affinity, str):
+        if cpu_affinity != "auto":
+            raise ValueError(f"cpu_affinity must be None, 'auto' or one set "
+                             f"of cores per worker, got {cpu_affinity!r}")
+        return cpu_affinity
+    try:
+        sets = [tuple(sorted(cores)) for cores in cpu_affinity]
+    except TypeError:
+        raise TypeError(f"cpu_affinity must be None, 'auto' or one set of "
+                        f"cores per worker, got {cpu_affinity!r}") from None
+    if len(sets) != n_workers:
+        raise ValueError(f"cpu_affinity must hold one set of cores per "
+                         f"worker ({n_workers}), got {len(sets)}")
+    allowed = os.sched_getaffinity(0)
+    for cores in sets:
+        if not cores or any(isinstance(c, bool) or not isinstance(
+                c, numbers.Integral) for c in cores):
+            raise TypeError(f"cpu_affinity: each worker's cores must be a "
+                            f"non-empty set of ints, got {cores!r}")
+        if not set(cores) <= allowed:
+            raise ValueError(f"cpu_affinity: cores {sorted(set(cores) - allowed)}"
+                             f" are not among those this process may use, "
+                             f"{sorted(allowed)}")
+    return tuple(sets)
+
+
+def set_cpu_affinity(cpu_affinity, index):
+    """Pin this worker (number ``index``) as ``cpu_affinity`` says (checked
+    by :func:`check_cpu_affinity`); returns the cores, or ``None``."""
+    if cpu_affinity is None:
+        return None
+    if cpu_affinity == "auto":
+        allowed = sorted(os.sched_getaffinity(0))
+        cores = {allowed[index % len(allowed)]}
+    else:
+        cores = set(cpu_affinity[index])
+    os.sched_setaffinity(0, cores)
+    return cores

@@ -1,0 +1,240 @@
+"""Making an env batch from a factory: single envs, Gymnasium vector envs
+and EnvPool envs, side by side.
+
+``factory()`` may return a single ``gymnasium.Env``, a
+``gymnasium.vector.VectorEnv`` (``make_vec`` in any mode, ``SyncVectorEnv``,
+``AsyncVectorEnv``, a native vector env such as ``CartPoleVectorEnv``) or
+an EnvPool env; a source of ``k`` envs gives ``k`` columns.
+:func:`make_batch` calls the factory until the columns add up (a count
+that is not a whole number of sources is refused) and returns one
+:class:`~.batch.EnvBatch`: an :class:`~.batch.EnvList` of single envs, a
+:class:`~.vector.VectorSource`, or, for several sources, an
+:class:`EnvConcat` of them.
+"""
+import gymnasium
+
+from ..seeds import reset_seed
+from .batch import (EnvBatch, EnvList, RowOut, _accepts_seed, _check_env,
+                    close_envs)
+from .vector import EnvPoolSource, VectorSource, is_envpool
+
+__all__ = ["EnvConcat", "make_batch", "as_batch", "check_columns"]
+
+
+class EnvConcat(EnvBatch):
+    """Env batches side by side: ``parts[i]`` holds the columns from the
+    sum of the sizes before it on. Each part is stepped with its own slice
+    of the row (views, made once per row)."""
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+        first = self.parts[0]
+        self.observation_space = first.observation_space
+        self.action_space = first.action_space
+        for part in self.parts[1:]:
+            if part.observation_space != self.observation_space or \
+                    part.action_space != self.action_space:
+                raise TypeError(
+                    f"the factory's envs have different spaces: "
+                    f"{part.observation_space!r} and {part.action_space!r} "
+                    f"vs {self.observation_space!r} and "
+                    f"{self.action_space!r}")
+        self.bounds, start = [], 0
+        for part in self.parts:
+            self.bounds.append((start, start + part.n_envs))
+            start += part.n_envs
+        self.n_envs = start
+        self.can_freeze = all(part.can_freeze for part in self.parts)
+        self.can_reset_columns = all(part.can_reset_columns
+                                     for part in self.parts)
+        self.lost = []
+        self._rows = {}  # id(out.obs) -> (out.obs, [each part's RowOut])
+
+    def _split(self, out):
+        cached = self._rows.get(id(out.obs))
+        if cached is None or cached[0] is not out.obs:
+            cached = (out.obs, [_slice_row(out, lo, hi)
+                                for lo, hi in self.bounds])
+            self._rows[id(out.obs)] = cached
+        outs = cached[1]
+        if outs[0].t != out.t:
+            outs = [o._replace(t=out.t) for o in outs]
+        return outs
+
+    def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
+        for part, (lo, hi) in zip(self.parts, self.bounds):
+            cols = None if at is None else [j - lo for j in at
+                                            if lo <= j < hi]
+            if cols is not None and not cols:
+                continue
+            if seeds is None:
+                part_seeds = None
+            elif at is None:
+                part_seeds = seeds[lo:hi]
+            else:
+                part_seeds = [ss for j, ss in zip(at, seeds) if lo <= j < hi]
+            part.reset(_slice(obs_out, lo, hi), part_seeds, cols, t=t,
+                       on_cast=_shifted(on_cast, lo))
+
+    def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
+        ended, lost = [], []
+        for part, (lo, hi), part_out in zip(self.parts, self.bounds,
+                                            self._split(out)):
+            cols = None if live is None else [j - lo for j in live
+                                              if lo <= j < hi]
+            if cols is not None and not cols:
+                continue
+            ended += [lo + j for j in part.step(
+                _slice(act, lo, hi), part_out, cols, autoreset=autoreset,
+                on_cast=_shifted(on_cast, lo))]
+            lost += [lo + j for j in part.lost]
+        self.lost = lost
+        return ended
+
+    def close(self, quiet=False):
+        error = None
+        for part in self.parts:
+            try:
+                part.close(quiet=quiet)
+            except Exception as exc:  # noqa: BLE001 - re-raised below
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+def _slice(tree, lo, hi):
+    if tree is None:
+        return None
+    if isinstance(tree, dict):
+        return {key: _slice(value, lo, hi) for key, value in tree.items()}
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
+        return tuple(_slice(value, lo, hi) for value in tree)
+    return tree[lo:hi]
+
+
+def _slice_row(out, lo, hi):
+    return RowOut(t=out.t, obs=_slice(out.obs, lo, hi), rew=out.rew[lo:hi],
+                  fin=out.fin[lo:hi], truncated=_slice(out.truncated, lo, hi),
+                  final=_slice(out.final, lo, hi),
+                  info=_slice(out.info, lo, hi),
+                  info_mask=_slice(out.info_mask, lo, hi))
+
+
+def _shifted(on_cast, lo):
+    """``on_cast`` for a part whose column 0 is column ``lo``: its labels
+    name the batch's column."""
+    if on_cast is None or not lo:
+        return on_cast
+
+    def shifted(label, problem):
+        head, j, rest = label.split(" ", 2)
+        on_cast(f"{head} {int(j) + lo} {rest}", problem)
+    return shifted
+
+
+def _source(made, factory, seed):
+    """What the factory made, as a source: an EnvPool env or a vector env
+    as an EnvBatch, a single env as it is (checked, its spaces seeded)."""
+    name = f"the {type(made).__name__} made by factory {factory!r}"
+    if is_envpool(made):
+        return EnvPoolSource(made, name)
+    if isinstance(made, gymnasium.vector.VectorEnv):
+        source = VectorSource(made, name)
+        source.action_space.seed(seed)
+        source.observation_space.seed(seed)
+        return source
+    _check_env(made, factory)
+    made.action_space.seed(seed)
+    made.observation_space.seed(seed)
+    return made
+
+
+def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
+    """An :class:`~.batch.EnvBatch` of ``len(seed_sequences)`` columns,
+    each with its ``SeedSequence``, made by calling ``factory`` until the
+    columns add up (see the module docstring).
+
+    A factory with an explicit ``seed`` parameter receives the integer
+    seed of each source's first column. ``max_sources`` stops after that
+    many sources (a probe), whatever the columns.
+
+    Raises
+    ------
+    TypeError
+        ``factory`` is not callable, or returns something that is not an
+        env; sources of different spaces; a vector env whose spaces are
+        not batched as declared.
+    ValueError
+        The columns are not a whole number of the factory's sources.
+    Exception
+        Whatever ``factory`` raises, as it is. What was made is closed
+        first.
+    """
+    if not callable(factory):
+        raise TypeError(f"factory must be callable and return a Gymnasium "
+                        f"env, got {type(factory).__name__}")
+    pass_seed = _accepts_seed(factory)
+    n, col, made = len(seed_sequences), 0, []
+    parts, singles = [], []
+    try:
+        while col < n and (max_sources is None or len(made) < max_sources):
+            seed = reset_seed(seed_sequences[col])
+            raw = factory(seed=seed) if pass_seed else factory()
+            made.append(raw)
+            if not pass_seed and is_envpool(raw):
+                raise ValueError(
+                    f"factory {factory!r} made an EnvPool env without a "
+                    f"seed: EnvPool seeds its envs when it is made, so "
+                    f"every worker would step the same envs; give the "
+                    f"factory a seed parameter and pass it on (lambda "
+                    f"seed: envpool.make_gymnasium(..., seed=seed))")
+            source = _source(raw, factory, seed)
+            if not isinstance(source, EnvBatch):
+                singles.append(source)
+                col += 1
+                continue
+            if max_sources is None and col + source.n_envs > n:
+                raise ValueError(
+                    f"{name}={n} is not a whole number of the factory's "
+                    f"sources ({type(raw).__name__} with num_envs="
+                    f"{source.n_envs})")
+            if singles:
+                parts.append(EnvList(singles))
+                singles = []
+            parts.append(source)
+            col += source.n_envs
+        if singles:
+            parts.append(EnvList(singles))
+    except BaseException:
+        # what was made would leak otherwise; the original error wins
+        try:
+            close_envs(made)
+        except Exception:  # noqa: BLE001
+            pass
+        raise
+    return parts[0] if len(parts) == 1 else EnvConcat(parts)
+
+
+def check_columns(batch, n_envs, name="n_envs"):
+    """Check, up front, that ``n_envs`` columns are a whole number of
+    sources like ``batch`` (one source, a probe).
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``, ``n_envs`` and the source's envs.
+    """
+    k = batch.n_envs
+    if n_envs % k:
+        raise ValueError(
+            f"{name}={n_envs} is not a multiple of {k}, the envs of each "
+            f"source the factory returns: a worker calls the factory until "
+            f"its {name} columns add up")
+
+
+def as_batch(envs):
+    """``envs`` as an :class:`~.batch.EnvBatch`: itself, or a list of envs
+    in an :class:`~.batch.EnvList`."""
+    if isinstance(envs, EnvBatch):
+        return envs
+    return EnvList(envs)

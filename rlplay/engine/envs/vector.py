@@ -1,0 +1,438 @@
+"""Batched env sources: a Gymnasium ``VectorEnv`` or an EnvPool env as an
+:class:`~.batch.EnvBatch`, one call per row for all its columns.
+
+A source of ``k`` envs gives ``k`` columns; its spaces are its single-env
+spaces. Its outputs are written into the row with array operations (slices
+of the columns, never a per-env Python loop but where an episode ended).
+
+Autoreset modes (Gymnasium's ``AutoresetMode``), and what rlplay does with
+each, so that the fragment's layout is what a list of the same envs gives:
+
+- ``SAME_STEP``: the source resets an ended env within the step; the true
+  last observation comes in ``info["final_obs"]`` (and the step's info in
+  ``info["final_info"]``). Exact.
+- ``DISABLED``: rlplay resets the ended envs itself, at once, with
+  ``reset(options={"reset_mask": ...})``. Exact.
+- ``NEXT_STEP`` (the default of ``make_vec``; the only mode of the native
+  vector envs and of EnvPool): the step returns the true last observation
+  and the source resets the env on its *next* call, ignoring the action
+  there. Where the source honours a partial reset (``SyncVectorEnv``,
+  ``AsyncVectorEnv`` with shared memory, EnvPool's ``reset(env_id)``),
+  rlplay resets the ended envs at once, and the mapping is exact. Where it
+  does not (``CartPoleVectorEnv`` and other native vector envs), the
+  column *loses a call* at every episode end, and the layout says so (see
+  :mod:`rlplay.engine.core`): the row where the episode ended holds its
+  true last observation (in ``obs`` as in ``final``), and the next row,
+  the lost call, holds the reset observation with ``fin`` set, no reward,
+  ``stepno = 0`` and no episode statistics, a row that no executed action
+  led to (:func:`rlplay.engine.core.acted` is false there), as sticky's
+  frozen rows are. Its env info is not recorded.
+
+Seeding: where the source takes a list of seeds (``SyncVectorEnv``,
+``AsyncVectorEnv``), every column is reset with the seed of its own child
+of the run's ``SeedSequence``; a source that takes one seed for all its
+envs (the native vector envs) is reset with the seed of its first column's
+child; an EnvPool env is seeded when it is made (a factory that takes
+``seed=`` gets its first column's seed). A run is reproducible from
+``entropy`` either way.
+
+A source steps all its columns at every call: it cannot leave one
+unstepped, so ``sticky=True`` is refused with it (:attr:`can_freeze`).
+"""
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_space
+
+from ..nested import StructureError, flatten, suply
+from ..seeds import reset_seed
+from .batch import EnvBatch, _obs_writer, _report_cast, check_step, reward
+from .spaces import space_example
+
+__all__ = ["VectorSource", "EnvPoolSource", "is_envpool"]
+
+
+def is_envpool(source):
+    """Whether ``source`` is an EnvPool env (checked without importing
+    EnvPool)."""
+    return type(source).__module__.startswith("envpool") or any(
+        cls.__module__.startswith("envpool") for cls in type(source).__mro__)
+
+
+class VectorSource(EnvBatch):
+    """A Gymnasium ``VectorEnv`` of ``k = num_envs`` envs as an
+    :class:`~.batch.EnvBatch` of ``k`` columns (see the module docstring).
+
+    Parameters
+    ----------
+    source : gymnasium.vector.VectorEnv
+    name : str
+        How messages call it (e.g. the factory that made it).
+
+    Raises
+    ------
+    TypeError
+        Its spaces are not its single-env spaces batched ``num_envs``
+        times.
+    """
+
+    can_freeze = False
+
+    def __init__(self, source, name="the vector env"):
+        base = source.unwrapped
+        self._set_up(
+            source, name, source.num_envs, source.single_observation_space,
+            source.single_action_space, source.metadata.get(
+                "autoreset_mode", AutoresetMode.NEXT_STEP),
+            # a list of seeds, one per env; a partial reset (reset_mask)
+            seeds_each=isinstance(base, (SyncVectorEnv, AsyncVectorEnv)),
+            partial=isinstance(base, SyncVectorEnv) or (
+                isinstance(base, AsyncVectorEnv) and bool(base.shared_memory)))
+        self._check_batched()
+
+    def _set_up(self, source, name, n_envs, observation_space, action_space,
+                mode, *, seeds_each, partial):
+        self.source, self.name = source, name
+        self.n_envs = int(n_envs)
+        self.observation_space, self.action_space = (observation_space,
+                                                     action_space)
+        self.mode = AutoresetMode(mode)
+        self.seeds_each, self.partial = seeds_each, partial
+        self.can_reset_columns = partial or self.mode is not \
+            AutoresetMode.NEXT_STEP
+        # next-step autoreset without a partial reset: the columns whose
+        # next call is lost (the source resets them then)
+        self.pending = np.zeros(self.n_envs, bool)
+        self._pending = False  # any pending: the next call has lost ones
+        self.lost = []
+        example = space_example(observation_space)
+        # the shape of batched observations of one array (else None)
+        self._batch_shape = (self.n_envs, *example.shape) \
+            if isinstance(example, np.ndarray) else None
+        self._write = _obs_writer(example)
+        self._integral = any(leaf.dtype.kind in "biu"
+                             for leaf in flatten(example))
+
+    def _check_batched(self):
+        for what in ("observation", "action"):
+            single = getattr(self.source, f"single_{what}_space")
+            batched = getattr(self.source, f"{what}_space")
+            if batch_space(single, self.n_envs) != batched:
+                raise TypeError(
+                    f"{self.name}'s {what}_space {batched!r} is not its "
+                    f"single_{what}_space {single!r} batched num_envs="
+                    f"{self.n_envs} times")
+
+    # ------------------------------------------------------------ reset --
+    def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
+        if at is None:
+            obs, _ = self._reset_all(seeds)
+            self.pending[:] = False
+            self._pending = False
+            self._write_all(obs_out, obs, "reset()", on_cast, None, None)
+            return
+        at = list(at)
+        if not at:
+            return
+        if not self.can_reset_columns:
+            raise ValueError(f"{self.name} cannot reset some of its envs "
+                             f"alone (next-step autoreset, no reset_mask)")
+        obs = self._reset_columns(at, seeds)
+        self._write_columns(obs_out, at, obs, "reset()", on_cast, t)
+
+    def _reset_all(self, seeds):
+        if seeds is None:
+            seed = None
+        elif self.seeds_each:
+            seed = [reset_seed(ss) for ss in seeds]
+        else:
+            seed = reset_seed(seeds[0])
+        return _pair(self.source.reset(seed=seed), self.name, "reset()")
+
+    def _reset_columns(self, at, seeds=None):
+        """Reset the columns ``at``; returns the source's observations of
+        every column (those of ``at`` are the new ones)."""
+        mask = np.zeros(self.n_envs, bool)
+        mask[at] = True
+        seed = None
+        if seeds is not None and self.seeds_each:
+            seed = [None] * self.n_envs
+            for j, ss in zip(at, seeds):
+                seed[j] = reset_seed(ss)
+        obs, _ = _pair(self.source.reset(seed=seed,
+                                         options={"reset_mask": mask}),
+                       self.name, "reset()")
+        self.pending[mask] = False
+        return _take(obs, at, self.n_envs, self.name)
+
+    # ------------------------------------------------------------- step --
+    def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
+        k, t = self.n_envs, out.t
+        # the source gets a copy: it may keep or edit its actions
+        result = self.source.step(act.copy() if type(act) is np.ndarray
+                                  else suply(np.array, act))
+        try:
+            obs, rew, terminated, truncated, info = result
+        except (TypeError, ValueError):
+            check_step(self.source, result)  # raises a clear TypeError
+            raise
+        terminated = _flags(terminated, k, self.name, "terminated")
+        truncated = _flags(truncated, k, self.name, "truncated")
+        _rewards(rew, out.rew, k, self.name, t)
+        pending = self.pending if self._pending else None
+        ends = terminated | truncated
+        any_end = ends.any()
+        # the common case inlined: one array of the declared batch shape
+        if type(obs) is np.ndarray and obs.shape == self._batch_shape and (
+                on_cast is None or not self._integral):
+            out.obs[...] = obs
+        else:
+            self._write_all(out.obs, obs, "step()", on_cast, ends, t)
+        if out.info_mask:
+            self._write_info(info, out, ends, pending)
+        if pending is not None:  # reset observations no action led to
+            np.logical_or(out.fin, pending, out=out.fin)
+            np.copyto(out.rew, 0.0, where=pending)
+            self.lost = np.flatnonzero(pending).tolist()
+            pending[:] = False
+            self._pending = False
+        else:
+            self.lost = []
+        if not any_end:
+            return []
+        np.logical_or(out.fin, ends, out=out.fin)
+        if out.truncated is not None:
+            np.logical_or(out.truncated, truncated & ~terminated,
+                          out=out.truncated)
+        ended = np.flatnonzero(ends).tolist()
+        self._end(ended, ends, obs, info, out, autoreset, on_cast)
+        return ended
+
+    def _end(self, ended, ends, obs, info, out, autoreset, on_cast):
+        """The columns ``ended`` (the mask ``ends``): their true last
+        observations into ``out.final`` and, where the source lets rlplay
+        reset them now, the reset observations into ``out.obs``."""
+        t, final = out.t, out.final
+        if self.mode is AutoresetMode.SAME_STEP:
+            if final is not None:
+                finals = _final_obs(info, ended, self.name)
+                for j, value in zip(ended, finals):
+                    self._write(final, j, value, "step()")
+                    if on_cast is not None:
+                        _report_cast(on_cast, final, j, value,
+                                     f"env {j} step {t}")
+            return
+        # the step's observations are the true last ones (written already)
+        if final is not None:
+            if type(final) is np.ndarray:
+                np.copyto(final, out.obs, where=ends.reshape(
+                    -1, *[1] * (final.ndim - 1)))
+            else:
+                suply(_copy_columns, final, out.obs, cols=ended)
+        if not autoreset:
+            return
+        if self.can_reset_columns:
+            reset = self._reset_columns(ended)
+            self._write_columns(out.obs, ended, reset, "reset()", on_cast, t)
+        else:  # the next call is lost: the source resets them then
+            np.logical_or(self.pending, ends, out=self.pending)
+            self._pending = True
+
+    # ----------------------------------------------------------- writes --
+    def _write_all(self, obs_out, obs, what, on_cast, reset, t):
+        """Every column's observation ``obs`` (batched) into ``obs_out``;
+        ``reset``: where the source reset the column within the step."""
+        try:
+            suply(_copy_rows, obs_out, obs, n=self.n_envs)
+        except (StructureError, TypeError, ValueError) as exc:
+            raise type(exc)(f"{self.name} {what}: the observations do not "
+                            f"match the observation space batched "
+                            f"num_envs={self.n_envs} times: {exc}") from None
+        if on_cast is None or not self._integral:
+            return
+        same_step = self.mode is AutoresetMode.SAME_STEP
+        for j in range(self.n_envs):
+            if t is None:
+                label = f"env {j} {what}"
+            else:
+                label = f"env {j} step {t}" + (
+                    ", reset()" if reset is not None and reset[j] and
+                    same_step else "")
+            _report_cast(on_cast, obs_out, j, _row(obs, j), label)
+
+    def _write_columns(self, obs_out, at, obs, what, on_cast, t):
+        """The observations ``obs`` (one row per column of ``at``) into
+        ``obs_out[at]``."""
+        suply(_put_columns, obs_out, obs, cols=at)
+        if on_cast is not None and self._integral:
+            for i, j in enumerate(at):
+                label = f"env {j} reset()" if t is None \
+                    else f"env {j} step {t}, reset()"
+                _report_cast(on_cast, obs_out, j, _row(obs, i), label)
+
+    def _write_info(self, info, out, ends, lost):
+        """The env info keys of ``out`` from the batched ``info``: from
+        ``info["final_info"]`` for the columns that ended (same-step
+        autoreset: the top level holds their reset info), none for lost
+        calls (the mask ``lost``, or ``None``)."""
+        final_info = info.get("final_info") \
+            if self.mode is AutoresetMode.SAME_STEP else None
+        for key, dst in out.info.items():
+            mask = _present(info, key, self.n_envs)
+            if final_info is not None and ends.any():
+                mask = mask & ~ends
+                _write_key(dst, out.info_mask[key], final_info, key,
+                           _present(final_info, key, self.n_envs) & ends)
+            if lost is not None:
+                mask = mask & ~lost
+            _write_key(dst, out.info_mask[key], info, key, mask)
+
+    def close(self, quiet=False):
+        try:
+            self.source.close()
+        except Exception:  # noqa: BLE001 - re-raised unless quiet
+            if not quiet:
+                raise
+
+
+class EnvPoolSource(VectorSource):
+    """An EnvPool env (synchronous: ``batch_size == num_envs``) as an
+    :class:`~.batch.EnvBatch` of ``num_envs`` columns: next-step autoreset,
+    with a partial reset (``reset(env_id)``), so the mapping is exact;
+    seeded when it is made."""
+
+    def __init__(self, source, name="the EnvPool env"):
+        config = getattr(getattr(source, "spec", None), "config", None)
+        k = getattr(config, "num_envs", None)
+        batch = getattr(config, "batch_size", k)
+        if k is None or batch != k:
+            raise ValueError(
+                f"{name} steps {batch} of its {k} envs per call (asynchronous"
+                f" EnvPool): rlplay needs them all, batch_size == num_envs")
+        self._set_up(source, name, k, source.observation_space,
+                     source.action_space, AutoresetMode.NEXT_STEP,
+                     seeds_each=False, partial=True)
+
+    def _reset_all(self, seeds):
+        # seeded when made: EnvPool's reset takes no seed that reseeds
+        return _pair(self.source.reset(), self.name, "reset()")
+
+    def _reset_columns(self, at, seeds=None):
+        obs, _ = _pair(self.source.reset(np.asarray(at, np.int32)),
+                       self.name, "reset()")
+        self.pending[at] = False
+        return _take(obs, list(range(len(at))), len(at), self.name)
+
+
+# ------------------------------------------------------------------ helpers
+
+def _pair(result, name, what):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise TypeError(f"{name}.{what} must return (obs, info) as in "
+                        f"Gymnasium 1.x, got {type(result).__name__}")
+    return result
+
+
+def _flags(value, k, name, what):
+    if type(value) is np.ndarray and value.dtype == bool and \
+            value.shape == (k,):
+        return value
+    value = np.asarray(value)
+    if value.shape != (k,):
+        raise ValueError(f"{name}.step() returned {what} of shape "
+                         f"{value.shape} for its num_envs={k} envs")
+    return value.astype(bool, copy=False)
+
+
+def _rewards(value, out, k, name, t):
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        if value.shape != (k,):
+            raise ValueError(f"{name}.step() returned rewards of shape "
+                             f"{value.shape} for its num_envs={k} envs")
+        np.copyto(out, value, casting="unsafe")
+        return
+    value = np.asarray(value, dtype=object).reshape(-1)
+    if value.shape != (k,):
+        raise ValueError(f"{name}.step() returned {value.size} rewards for "
+                         f"its num_envs={k} envs")
+    for j, r in enumerate(value.tolist()):
+        out[j] = reward(r, j, t)
+
+
+def _copy_rows(dst, src, n):
+    src = np.asarray(src)
+    if src.shape[:1] != (n,) or src.shape[1:] != dst.shape[1:]:
+        raise ValueError(f"got shape {src.shape}, expected "
+                         f"({n}, *{tuple(dst.shape[1:])})")
+    dst[...] = src
+
+
+def _put_columns(dst, src, cols):
+    dst[cols] = src
+
+
+def _copy_columns(dst, src, cols):
+    dst[cols] = src[cols]
+
+
+def _row(obs, j):
+    return suply(lambda leaf: np.asarray(leaf)[j], obs)
+
+
+def _take(obs, at, k, name):
+    """The rows ``at`` of batched observations (checked to hold ``k``)."""
+    def take(leaf):
+        leaf = np.asarray(leaf)
+        if leaf.shape[:1] != (k,):
+            raise ValueError(f"{name}.reset() returned observations of "
+                             f"shape {leaf.shape} for {k} envs")
+        return leaf[at]
+    return suply(take, obs)
+
+
+def _final_obs(info, ended, name):
+    finals, mask = info.get("final_obs"), info.get("_final_obs")
+    if finals is None or mask is None or not np.all(mask[ended]):
+        raise ValueError(f"{name} (same-step autoreset) ended envs {ended} "
+                         f"without their info['final_obs']")
+    return [finals[j] for j in ended]
+
+
+def _present(info, key, k):
+    """Where ``info`` holds ``key``: its ``_key`` mask (every env where
+    there is none, as EnvPool's info)."""
+    if key not in info:
+        return np.zeros(k, bool)
+    mask = info.get(f"_{key}")
+    return np.ones(k, bool) if mask is None else np.asarray(mask, bool)
+
+
+def _write_key(dst, dst_mask, info, key, mask):
+    if not mask.any():
+        return
+    value = _plain(info[key])
+    try:
+        if isinstance(dst, np.ndarray):
+            dst[mask] = np.asarray(value)[mask]
+        else:
+            suply(lambda d, v: d.__setitem__(mask, np.asarray(v)[mask]),
+                  dst, _like(dst, value))
+    except (StructureError, TypeError, ValueError) as exc:
+        raise type(exc)(f"env info [{key!r}] does not match its spec: "
+                        f"{exc}") from None
+    dst_mask[mask] = True
+
+
+def _plain(value):
+    # a vector info dict without its "_key" masks
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()
+                if not (isinstance(k, str) and k.startswith("_"))}
+    return value
+
+
+def _like(spec, value):
+    # the keys of ``value`` that ``spec`` records (numbers pass through)
+    if isinstance(spec, dict) and isinstance(value, dict):
+        return {k: _like(spec[k], value[k]) if k in value else value.get(k)
+                for k in spec}
+    return value
