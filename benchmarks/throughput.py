@@ -24,9 +24,11 @@ from harness import (Row, fmt, measure, median, paired, print_json, record,
 from profiling import print_profile, profile, profile_costs, run_profile
 from rlplay.engine import PolicyActor
 from rlplay.engine.rollout import same
-from workloads import (N_ACTORS, N_CPUS, N_ENVS, WORKLOADS, MLPActor,
-                       n_cores, run_actor_alone, run_envs_alone,
-                       run_generator, run_hand, run_vector)
+from workloads import (N_ACTORS, N_CPUS, N_ENVS, N_VECTOR, WORKLOADS,
+                       MLPActor, make_cartpole_vec, make_envpool, n_cores,
+                       run_actor_alone, run_bare_loop, run_envs_alone,
+                       run_generator, run_hand, run_hand_vector,
+                       run_source_alone, run_vector)
 
 try:
     from rlplay.engine.rollout import single
@@ -67,7 +69,9 @@ def generator(module, factory, actor, n_steps, *counts, steps_per_batch,
 def rows(env_name, profile_rows=False):
     """The :class:`Row` list of a section (a workload): floors first, then
     the table, then the profile's (with ``profile_rows``)."""
-    factory, n_steps = WORKLOADS[env_name]
+    if env_name == "vector":
+        return vector_rows()
+    factory, n_steps, _ = WORKLOADS[env_name]
     actor = MLPActor()
     n_per_actor = N_ENVS // N_ACTORS
     n2 = n_cores(N_ACTORS)
@@ -129,19 +133,68 @@ def rows(env_name, profile_rows=False):
     return [r for r in table if r.name.split("/", 1)[1] not in skip]
 
 
+def vector_rows():
+    """The vector section: CartPole-v1, 64 envs per actor call, sources
+    that step them in one call (see README.md here)."""
+    factory, n_steps, n_envs = WORKLOADS["vector"]
+    actor = MLPActor()
+    n2 = n_cores(N_ACTORS)
+    batch = n_steps * n_envs
+
+    def gen(module, make, *counts, steps_per_batch=batch, **kwargs):
+        return generator(module, make, actor, n_steps, *counts,
+                         steps_per_batch=steps_per_batch, **kwargs)
+
+    def envpool_row(seconds):
+        try:
+            make_envpool().close()
+        except ImportError:
+            return "EnvPool is not installed (pip install rlplay[envpool])"
+        return gen(same, make_envpool, n_envs)(seconds)
+
+    def row(name, run, ceiling):
+        return Row(f"vector/{name}", run, "row", ceiling)
+
+    return [
+        Row("vector/floor.envs", lambda s: run_source_alone(
+            make_cartpole_vec, n_steps, s), "floor"),
+        Row(f"vector/floor.actor.{n_envs}", lambda s: run_actor_alone(
+            factory, actor, n_envs, s), "floor"),
+        Row("vector/floor.bare_loop", lambda s: run_bare_loop(
+            make_cartpole_vec, actor, n_steps, s), "floor"),
+        row("hand", lambda s: run_hand_vector(make_cartpole_vec, actor,
+                                              n_steps, s), f"1x{n_envs}"),
+        row("same.rollout.singles", gen(same, factory, n_envs),
+            f"1x{n_envs}"),
+        row("same.rollout.make_vec", gen(same, make_cartpole_vec, n_envs),
+            f"1x{n_envs}"),
+        row("same.rollout.envpool", envpool_row, f"1x{n_envs}"),
+        row(f"multi.rollout.{N_ACTORS}x{n_envs}",
+            gen(multi, make_cartpole_vec, N_ACTORS, n_envs, 2 * N_ACTORS,
+                N_ACTORS, steps_per_batch=batch * N_ACTORS),
+            f"{n2}x{n_envs}"),
+        row(f"multi.rollout.{N_ACTORS}x{n_envs}.affinity",
+            gen(multi, make_cartpole_vec, N_ACTORS, n_envs, 2 * N_ACTORS,
+                N_ACTORS, steps_per_batch=batch * N_ACTORS,
+                cpu_affinity="auto"),
+            f"{n2}x{n_envs}"),
+    ]
+
+
 # ------------------------------------------------------------- ceilings --
 
-def ceilings(env_rate, actor_rates):
-    """``{name: steps/s}`` of the ceilings of one env and round, from the
-    floors: ``env_rate`` and ``{n_envs: actor_rate}``."""
+def ceilings(env_rate, actor_rates, n_envs=N_ENVS):
+    """``{name: steps/s}`` of the ceilings of one section and round, from
+    the floors: ``env_rate`` and ``{envs per call: actor_rate}``;
+    ``n_envs``: the section's envs per actor call."""
     result = {}
     n2 = n_cores(N_ACTORS)
-    for n_envs, actor_rate in sorted(actor_rates.items(), reverse=True):
+    for n_call, actor_rate in sorted(actor_rates.items(), reverse=True):
         one = 1 / (1 / env_rate + 1 / actor_rate)
-        if n_envs == N_ENVS:
-            result[f"1x{n_envs}"] = one
-        result[f"{n2}x{n_envs}"] = n2 * one
-    if N_ENVS in actor_rates:
+        if n_call == n_envs:
+            result[f"1x{n_call}"] = one
+        result[f"{n2}x{n_call}"] = n2 * one
+    if n_envs == N_ENVS and N_ENVS in actor_rates:
         result["async"] = 1 / (1 / actor_rates[N_ENVS]
                                + 1 / (n_cores(N_ENVS) * env_rate))
     return result
@@ -160,6 +213,12 @@ def ceiling_note(key):
     n, b = key.split("x")
     note = CEILING_NOTES["1x"].format(b=b)
     return note if n == "1" else f"{n} cores: {n} x ({note})"
+
+
+# the row that each section's ``x same`` divides by, and the vector
+# section's ``ratio_list`` (its rows over 64 single envs in same.rollout)
+SAME_ROW = {"vector": "same.rollout.make_vec"}
+LIST_ROW = {"vector": "same.rollout.singles"}
 
 
 def analyse(selected, results):
@@ -182,14 +241,18 @@ def analyse(selected, results):
         ceiling = {}
         for r in env_rate:
             at_r = {b: v[r] for b, v in actor_rates.items() if r in v}
-            for key, value in ceilings(env_rate[r], at_r).items():
+            for key, value in ceilings(env_rate[r], at_r,
+                                       WORKLOADS[env_name][2]).items():
                 ceiling.setdefault(key, {})[r] = value
         for key, values in ceiling.items():
             records.append(dict(record(f"{env_name}/ceiling.{key}",
                                        "ceiling", values),
                                 note=ceiling_note(key)))
         hand = rate.get(f"{env_name}/hand", {})
-        same_ = rate.get(f"{env_name}/same.rollout", {})
+        same_ = rate.get(
+            f"{env_name}/{SAME_ROW.get(env_name, 'same.rollout')}", {})
+        listed = rate.get(f"{env_name}/{LIST_ROW.get(env_name)}", {})
+        n_envs = WORKLOADS[env_name][2]
         for row in env_rows:
             if row.kind != "row" or row.name not in rate:
                 continue
@@ -197,9 +260,9 @@ def analyse(selected, results):
             ratio_same = paired(values, same_)
             pct = paired(values, ceiling.get(row.ceiling, {}))
             efficiency = None
-            if row.name.endswith(f".{N_ACTORS}x{N_ENVS}") and ratio_same:
+            if f".{N_ACTORS}x{n_envs}" in row.name and ratio_same:
                 efficiency = [x / N_ACTORS for x in ratio_same]
-            records.append(dict(
+            item = dict(
                 record(row.name, "row", values),
                 ratio=median(paired(values, hand)),
                 ratio_same=median(ratio_same),
@@ -207,7 +270,10 @@ def analyse(selected, results):
                 ceiling=row.ceiling,
                 efficiency=median(efficiency),
                 learner_cpu=median([res["learner_cpu"] for res in
-                                    results[row.name].values()])))
+                                    results[row.name].values()]))
+            if env_name in LIST_ROW:
+                item["ratio_list"] = median(paired(values, listed))
+            records.append(item)
     return records
 
 
@@ -290,7 +356,7 @@ def print_table(records, notes, order, costs):
 
     print(f"\n{'name':<{name_width}} {'steps/s':>9} {'[min-max]':<19} "
           f"{'x hand':>6} {'x same':>6} {'%ceil':>5} {'ceiling':>7} "
-          f"{'eff':>4} {'lrn':>4}")
+          f"{'eff':>4} {'lrn':>4} {'x list':>6}")
     table = [r for r in records if r["kind"] == "row"] + notes
     for item in sorted(table, key=lambda r: order.get(r["name"], 0)):
         if "skipped" in item or "failed" in item:
@@ -303,11 +369,14 @@ def print_table(records, notes, order, costs):
               f"{'-' if pct is None else f'{pct:.0f}%':>5} "
               f"{item['ceiling'] or '-':>7} "
               f"{fmt(item['efficiency']):>4} "
-              f"{fmt(item['learner_cpu']):>4}")
+              f"{fmt(item['learner_cpu']):>4} "
+              f"{fmt(item.get('ratio_list')):>6}")
     print("x hand, x same: over the hand-written loop's and same.rollout's "
-          "steps/s on the same env; %ceil: of ceiling.<ceiling>; eff: "
-          f"x same / {N_ACTORS}; lrn: this process's CPU time over wall "
-          "time (cores). Ratios are medians of per-round ratios.")
+          "steps/s on the same env (vector: same.rollout.make_vec); %ceil: "
+          f"of ceiling.<ceiling>; eff: x same / {N_ACTORS}; lrn: this "
+          "process's CPU time over wall time (cores); x list (vector): over "
+          f"same.rollout over {N_VECTOR} single envs. Ratios are medians of "
+          "per-round ratios.")
     for item in records:
         if item["kind"] == "profile":
             print_profile(item, costs)

@@ -18,14 +18,17 @@ from harness import timed
 from rlplay.engine import BaseActorModule
 
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
-           "BusyEnv", "make_cartpole", "MLPActor", "WORKLOADS", "Arrays",
-           "run_hand", "run_vector", "run_generator", "run_envs_alone",
-           "run_actor_alone", "n_cores"]
+           "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
+           "make_envpool", "MLPActor", "WORKLOADS", "Arrays", "run_hand",
+           "run_vector", "run_hand_vector", "run_bare_loop", "run_generator",
+           "run_envs_alone", "run_source_alone", "run_actor_alone",
+           "n_cores"]
 
 N_ENVS = 8
 N_ACTORS = 2                  # multi.rollout: N_ACTORS x N_ENVS // N_ACTORS
 BUSY_SECONDS = 0.5e-3         # CPU time a busy env burns per step
 ACTOR_CALLS = 64              # actor floor: calls between two clock reads
+N_VECTOR = 64                 # envs per vector source (the vector section)
 try:
     N_CPUS = len(os.sched_getaffinity(0))
 except AttributeError:        # not on Linux
@@ -71,6 +74,20 @@ def make_cartpole():
     return gymnasium.make("CartPole-v1")
 
 
+def make_cartpole_vec(n_envs=N_VECTOR):
+    """Gymnasium's own vectorised CartPole (next-step autoreset)."""
+    return gymnasium.make_vec("CartPole-v1", num_envs=n_envs,
+                              vectorization_mode="vector_entry_point")
+
+
+def make_envpool(seed=None, n_envs=N_VECTOR):
+    """EnvPool's CartPole (C++), seeded when made; ``ImportError`` where
+    EnvPool is not installed."""
+    import envpool
+    return envpool.make_gymnasium("CartPole-v1", num_envs=n_envs,
+                                  seed=0 if seed is None else seed % 2**31)
+
+
 class MLPActor(BaseActorModule):
     """The benchmarks' actor, a 4-64-64-2 MLP sampling from a categorical;
     :meth:`sample` is what every loop calls."""
@@ -90,8 +107,10 @@ class MLPActor(BaseActorModule):
         return self.sample(obs), (), {}
 
 
-# name: (factory, n_steps of a fragment)
-WORKLOADS = {"cartpole": (make_cartpole, 128), "busy": (BusyEnv, 32)}
+# name: (factory, n_steps of a fragment, envs per actor call)
+WORKLOADS = {"cartpole": (make_cartpole, 128, N_ENVS),
+             "busy": (BusyEnv, 32, N_ENVS),
+             "vector": (make_cartpole, 128, N_VECTOR)}
 
 
 class Arrays:
@@ -159,6 +178,66 @@ def run_vector(vector_env, factory, actor, n_steps, seconds):
 
     try:
         return timed(fragment, n_steps * N_ENVS, seconds)
+    finally:
+        venv.close()
+
+
+def run_hand_vector(make_venv, actor, n_steps, seconds, n_envs=N_VECTOR):
+    """The hand-written loop over a vector env (next-step autoreset, as
+    it comes): one actor call and one step call per row, into the arrays."""
+    venv = make_venv()
+    buf = Arrays(venv.single_observation_space, n_steps, n_envs)
+    buf.obs[0], _ = venv.reset(seed=0)
+
+    def fragment():
+        obs, act, rew, done = buf.obs, buf.act, buf.rew, buf.done
+        for t in range(n_steps):
+            actions = actor.sample(buf.obs_pyt[t]).numpy()
+            act[t] = actions
+            obs[t + 1], rew[t], terminated, truncated, _ = venv.step(actions)
+            np.logical_or(terminated, truncated, out=done[t])
+        obs[0] = obs[n_steps]
+
+    try:
+        return timed(fragment, n_steps * n_envs, seconds)
+    finally:
+        venv.close()
+
+
+def run_source_alone(make_venv, n_steps, seconds, n_envs=N_VECTOR):
+    """A vector source stepped alone with random actions drawn up front
+    (it resets its envs itself); nothing stored."""
+    venv = make_venv()
+    venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(venv.single_action_space.n, size=n_envs)
+               for _ in range(n_steps)]
+
+    def fragment():
+        for actions_t in actions:
+            venv.step(actions_t)
+
+    try:
+        return timed(fragment, n_steps * n_envs, seconds)
+    finally:
+        venv.close()
+
+
+def run_bare_loop(make_venv, actor, n_steps, seconds, n_envs=N_VECTOR):
+    """The actor and a vector source called one after the other, each on
+    the other's output, nothing stored: what one core does with both when
+    they share its caches (the floors time each alone)."""
+    venv = make_venv()
+    obs, _ = venv.reset(seed=0)
+
+    def fragment():
+        x = obs
+        for _ in range(n_steps):
+            actions = actor.sample(torch.from_numpy(x).unsqueeze(0))[0]
+            x = venv.step(actions.numpy())[0]
+
+    try:
+        return timed(fragment, n_steps * n_envs, seconds)
     finally:
         venv.close()
 
