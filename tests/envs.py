@@ -618,3 +618,39 @@ class LateVectorEnv(gymnasium.vector.VectorEnv):
 
 def late_vector(k=4, trunc_at=5):
     return LateVectorEnv(k, trunc_at)
+
+
+# ------------------------------------------------------- whole episodes --
+
+class VaryingEnv(CountingEnv):
+    """A CountingEnv whose episode ``k`` (from 0) lasts ``1 + (5 * k +
+    offset // 1000) % 11`` steps, truncated where ``k % 3 == 1`` and
+    terminated otherwise: episodes of 1 to 11 steps, both kinds of end,
+    different in every column."""
+
+    def __init__(self):
+        super().__init__(term_every=None, trunc_at=None)
+
+    def length(self, k):
+        return 1 + (5 * k + int(self.offset) // 1000) % 11
+
+    def step(self, action):
+        obs, rew, _, _, info = super().step(action)
+        end = self.t >= self.length(self.n_episodes)
+        truncated = end and self.n_episodes % 3 == 1
+        if end:
+            info["done"] = 1.0
+        return obs, rew, end and not truncated, truncated, info
+
+
+def varying_factory():
+    return VaryingEnv()
+
+
+class EndlessEnv(CountingEnv):
+    """A CountingEnv that never ends in env column ``j`` = 0 of a same
+    generator (its offset is the first seen) and ends every 3 steps in the
+    others: made with ``endless=True`` or not."""
+
+    def __init__(self, endless):
+        super().__init__(term_every=None if endless else 3)

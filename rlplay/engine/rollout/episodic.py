@@ -1,0 +1,623 @@
+"""Whole episodes from any generator of fragments.
+
+:func:`episodes` turns the fragments of any generator (``same``,
+``single``, ``multi``, ``cluster``; single envs or vector sources) into
+batches of ``n_episodes`` complete episodes, in the order they complete;
+:func:`rollout` is the in-process convenience (``episodes`` over
+``same.rollout``); :func:`record` writes the episodes of any generator into
+a Minari dataset (``rlplay[minari]``).
+
+How episodes are rebuilt. Each env column of the run is a lane
+(:class:`rlplay.engine.lanes.Lanes`: ``meta.worker`` and ``meta.env``); a
+fragment continues its lane's open episode only when it is the lane's next
+fragment (same ``meta.generation``, ``meta.seq`` one more). At a gap (a new
+generation after a restart or a resume, a ``seq`` dropped by ``max_lag``,
+missing or out of order) the open episode of that column is dropped, never
+emitted (``stats["cut"]``), and the column waits for its next reset. Within
+a fragment an episode starts at a row ``s`` that holds a reset observation
+(``fin[s]``) followed by an executed action (:func:`rlplay.engine.core
+.acted` at ``s + 1``) and ends at the first executed row ``e > s`` with
+``fin[e]``; its last observation is ``final[e]``. Frozen rows (sticky
+fragments) and the lost calls of next-step vector sources are not
+transitions and never enter an episode.
+
+What is held. Every batch is copied, once, into a store of rows (the
+source's batches are views, reused after ``next()``); an episode is a list
+of row ranges there until it is emitted. ``max_length`` bounds every
+episode: an episode longer than ``max_length`` steps is dropped (counted in
+``stats["too_long"]``) as soon as it passes the bound, and the rows it held
+are released, so memory stays flat on envs whose episodes never end (about
+``(n_lanes + n_episodes) * max_length`` rows at worst). Batches of
+episodes hold whole episodes only; a task whose episodes are longer than
+what fits in memory is for fragments.
+
+The layout of :class:`Episodes`, ``n`` episodes of lengths ``L_i`` (the
+actions taken), packed along time (``N = sum(L_i)`` steps):
+
+=======================  ===============  ===================================
+field                    shape            holds
+=======================  ===============  ===================================
+``obs``                  (N + n, ...)     the state rows ``0 .. L_i`` of
+                                          each episode in turn: the reset
+                                          observation to the true last one
+``act``                  (N, ...)         step ``k``: the action taken at
+                                          state ``k``
+``rew``                  (N,) float32     step ``k``: the reward of that
+                                          action
+``actor``                (N, ...)         step ``k``: the actor's info at
+                                          state ``k``
+``env``                  (N, ...)         step ``k``: the numeric env info
+                                          of that step (zero where absent)
+``env_mask``             (N,) bool        per info key: present at step
+                                          ``k``
+``terminated``           (n,) bool        the episode ended by termination
+``truncated``            (n,) bool        the episode ended by truncation
+``hx``                   actor layout     the actor's state at the start of
+                                          each episode (``n`` along
+                                          ``hx_dim``); ``None`` without
+                                          ``actor=``
+``ret``                  (n,) float64     the episode's return
+``length``               (n,) int64       ``L_i``
+``meta.worker``          (n,) int64       the worker that collected it
+``meta.env``             (n,) int64       its env column (``meta.env`` of
+                                          the fragments)
+``meta.generation``      (n,) int64       and their ``meta.generation``
+``meta.version_first``   (n,) int64       the parameter version of its
+                                          first fragment
+``meta.version_last``    (n,) int64       and of its last
+``meta.seq``             (n,) int64       the ``meta.seq`` of its first
+                                          fragment
+``offsets``              (n + 1,) int64   episode ``i``'s steps are
+                                          ``offsets[i]:offsets[i + 1]``,
+                                          its state rows ``offsets[i] + i
+                                          : offsets[i + 1] + i + 1``
+=======================  ===============  ===================================
+
+:meth:`Episodes.padded` gives the same data time-major, padded with zeros
+to the longest episode ``M``, laid out as a fragment's rows are: ``obs``
+``(M + 1, n, ...)``; ``act`` and ``rew`` ``(M + 1, n, ...)`` with row
+``t`` the action and reward that led to state ``t`` (row 0 zero);
+``actor`` ``(M + 1, n, ...)`` with row ``t`` the info at state ``t``
+(rows ``0 .. L_i - 1``); ``env`` and ``env_mask`` ``(M, n, ...)`` with
+row ``t`` the info of step ``t``; and ``mask`` ``(M + 1, n)``, true on
+the state rows ``0 .. L_i``. Nested observations, actions and infos keep
+their structure in both views. Everything is a CPU tensor.
+"""
+from collections import namedtuple
+
+import numpy as np
+import torch
+
+from ..lanes import Lanes
+from ..nested import flatten, suply
+from ..core import check_count
+
+__all__ = ["Episodes", "EpisodeMeta", "PaddedEpisodes", "Episodic",
+           "episodes", "rollout", "record"]
+
+MAX_LENGTH = 100_000
+
+EpisodeMeta = namedtuple(
+    "EpisodeMeta", "worker env generation version_first version_last seq")
+PaddedEpisodes = namedtuple(
+    "PaddedEpisodes", "obs act rew actor env env_mask mask terminated "
+    "truncated hx ret length meta")
+PaddedEpisodes.__doc__ = """:meth:`Episodes.padded`: time-major, padded
+with zeros; see :mod:`rlplay.engine.rollout.episodic`."""
+
+_EPISODE_FIELDS = ("obs act rew actor env env_mask terminated truncated hx "
+                   "ret length meta offsets")
+
+
+class Episodes(namedtuple("Episodes", _EPISODE_FIELDS)):
+    """``n`` whole episodes packed along time; see
+    :mod:`rlplay.engine.rollout.episodic` for the layout."""
+
+    __slots__ = ()
+
+    def __len__(self):
+        # the number of episodes, not of fields
+        return len(self.length)
+
+    @property
+    def n_episodes(self):
+        return len(self.length)
+
+    def padded(self):
+        """The same episodes time-major, padded with zeros to the longest
+        (a :class:`PaddedEpisodes`)."""
+        length = self.length.numpy()
+        n, M = len(length), int(length.max(initial=0))
+        # where each packed row goes: (time, episode)
+        step_col = np.repeat(np.arange(n), length)
+        step_t = np.arange(len(step_col)) - np.repeat(
+            self.offsets[:-1].numpy(), length)
+        state_col = np.repeat(np.arange(n), length + 1)
+        state_t = np.arange(len(state_col)) - np.repeat(
+            self.offsets[:-1].numpy() + np.arange(n), length + 1)
+
+        def place(rows, t, col, packed):
+            out = packed.new_zeros((rows, n) + packed.shape[1:])
+            out[t, col] = packed
+            return out
+
+        mask = torch.zeros(M + 1, n, dtype=torch.bool)
+        mask[state_t, state_col] = True
+        return PaddedEpisodes(
+            obs=suply(lambda x: place(M + 1, state_t, state_col, x),
+                      self.obs),
+            act=suply(lambda x: place(M + 1, step_t + 1, step_col, x),
+                      self.act),
+            rew=place(M + 1, step_t + 1, step_col, self.rew),
+            actor=suply(lambda x: place(M + 1, step_t, step_col, x),
+                        self.actor),
+            env=suply(lambda x: place(M, step_t, step_col, x), self.env),
+            env_mask=suply(lambda x: place(M, step_t, step_col, x),
+                           self.env_mask),
+            mask=mask, terminated=self.terminated, truncated=self.truncated,
+            hx=self.hx, ret=self.ret, length=self.length, meta=self.meta)
+
+
+class _Episode:
+    """An episode being rebuilt: its row ranges in the store."""
+
+    __slots__ = ("pieces", "rows", "first", "hx", "worker", "env",
+                 "generation", "version_first", "seq", "version_last", "truncated", "ret")
+
+    def __init__(self, first, hx, worker, env, generation, version, seq):
+        self.pieces, self.rows, self.first = [], 0, first
+        self.hx, self.worker, self.env = hx, worker, env
+        self.generation = generation
+        self.version_first, self.seq = version, seq
+
+    def add(self, base, j, t0, t1):
+        self.pieces.append((base, j, t0, t1))
+        self.rows += t1 - t0 + 1
+
+
+class _Store:
+    """The rows of the batches seen, by a running row number: row ``t`` of
+    column ``j`` of the batch put at ``base`` is ``base + t * B + j``. A
+    ring that grows when it would overwrite rows still held."""
+
+    def __init__(self, leaves, n_slabs=4):
+        rows, B = leaves[0].shape[:2]
+        self.B, self.slab = B, rows * B
+        self.capacity, self.next = self.slab * n_slabs, 0
+        self.leaves = [np.empty((self.capacity,) + x.shape[2:], x.dtype)
+                       for x in leaves]
+
+    def put(self, leaves, keep):
+        """Copy one batch's leaves (``(1 + T, B, ...)``, or ``(T, B, ...)``
+        for per-step ones) in; ``keep`` is the first row still held.
+        Returns the batch's base."""
+        if self.next + self.slab - self.capacity > keep:
+            self._grow(keep)
+        base, at = self.next, self.next % self.capacity
+        for dst, src in zip(self.leaves, leaves):
+            n = src.shape[0] * self.B
+            dst[at:at + n] = src.reshape((n,) + src.shape[2:])
+        self.next += self.slab
+        return base
+
+    def _grow(self, keep):
+        capacity = self.capacity
+        while self.next + self.slab - capacity > keep:
+            capacity *= 2
+        start = keep - keep % self.slab
+        leaves = [np.empty((capacity,) + x.shape[1:], x.dtype)
+                  for x in self.leaves]
+        for row in range(start, self.next, self.slab):
+            old, new = row % self.capacity, row % capacity
+            for dst, src in zip(leaves, self.leaves):
+                dst[new:new + self.slab] = src[old:old + self.slab]
+        self.leaves, self.capacity = leaves, capacity
+
+    def take(self, k, rows):
+        return self.leaves[k][rows % self.capacity]
+
+
+def _parts(batch):
+    """What episodes keep of a fragment, in the store's order."""
+    return (batch.state.obs, batch.state.act, batch.state.rew, batch.final,
+            batch.actor, batch.env, batch.env_mask)
+
+
+def _none(j, row):
+    return None
+
+
+def _empty(j, row):
+    return ()
+
+
+def _env_count(hx, dim):
+    return flatten(hx)[0].shape[dim]
+
+
+def _numpy(x):
+    x = x.detach()
+    return (x if x.device.type == "cpu" else x.cpu()).numpy()
+
+
+class Episodic:
+    """An iterator of :class:`Episodes` over a generator of fragments
+    (:func:`episodes` makes one).
+
+    ``stats`` counts ``emitted`` episodes, those ``cut`` by a gap in
+    their lane (never emitted), those dropped as ``too_long``, the
+    ``batches`` read, and the lanes' ``new``/``generation``/``missing``/
+    ``disorder`` columns (:class:`~rlplay.engine.lanes.Lanes`).
+    """
+
+    def __init__(self, feed, n_episodes, *, max_length=MAX_LENGTH,
+                 actor=None):
+        check_count("n_episodes", n_episodes)
+        check_count("max_length", max_length)
+        if actor is not None and not callable(getattr(actor, "reset", None)):
+            raise TypeError(f"actor must be the generator's actor (with a "
+                            f"reset method) or None, got "
+                            f"{type(actor).__name__}")
+        self.feed, self.n_episodes = feed, n_episodes
+        self.max_length, self.actor = max_length, actor
+        self.hx_dim = getattr(actor, "hx_dim", 1)
+        self._it = None
+        self._lanes = Lanes()
+        self._store = self._structure = None
+        self._open, self._done = {}, []
+        self._stats = dict.fromkeys(
+            ("emitted", "cut", "too_long", "batches"), 0)
+
+    @property
+    def stats(self):
+        """Counters (a new dict): see the class docstring."""
+        return {**self._stats, **self._lanes.counts}
+
+    @property
+    def held_rows(self):
+        """The rows the store can hold now (it grows only to keep the
+        episodes open or waiting: bounded by ``max_length``)."""
+        return 0 if self._store is None else self._store.capacity
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while len(self._done) < self.n_episodes:
+            if self._it is None:
+                self._it = iter(self.feed)
+            self._read(next(self._it))
+        return self._emit()
+
+    def close(self):
+        """Close the generator of fragments (when it has ``close``)."""
+        close = getattr(self.feed, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------ reading --
+
+    def _first(self, batch):
+        if batch.final is None:
+            raise ValueError(
+                "episodes need the true last observation of each episode: "
+                "make the generator with final=True (the default)")
+        self._structure = _parts(batch)
+        self._store = _Store([_numpy(x) for x in flatten(self._structure)])
+        # the leaves of each part of the structure
+        sizes = [len(flatten(part)) for part in self._structure]
+        ends = np.cumsum(sizes).tolist()
+        self._ranges = [range(a, b) for a, b in zip([0] + ends[:-1], ends)]
+
+    def _keep(self):
+        firsts = [ep.first for ep in self._open.values()]
+        firsts += [ep.first for ep in self._done]
+        return min(firsts, default=self._store.next)
+
+    def _read(self, batch):
+        if self._store is None:
+            self._first(batch)
+        self._stats["batches"] += 1
+        store = self._store
+        base = store.put([_numpy(x) for x in flatten(_parts(batch))],
+                         self._keep())
+        meta = batch.meta
+        lanes, continues = self._lanes.follow(meta)
+        fin = _numpy(batch.state.fin)
+        length = _numpy(batch.stats.length)
+        T = fin.shape[0] - 1
+        acted = ~(fin & (length == 0))
+        acted[0] = False
+        ends = acted & fin
+        # step row t starts an episode whose reset observation is row t - 1
+        starts = acted[1:] & fin[:-1]
+        # the events of each column in row order, an end before a start at
+        # the same row: key = 2 * (j * (T + 1) + row) (+ 1 for a start)
+        e_t, e_j = np.nonzero(ends)
+        s_t, s_j = np.nonzero(starts)
+        keys = np.concatenate([2 * (e_j * (T + 1) + e_t),
+                               2 * (s_j * (T + 1) + s_t) + 1])
+        keys.sort()
+        events = keys.tolist()
+        truncated = _numpy(batch.truncated)
+        ret = _numpy(batch.stats.ret)
+        worker = _numpy(meta.worker).tolist()
+        env = _numpy(meta.env).tolist()
+        version = _numpy(meta.version).tolist()
+        seq = _numpy(meta.seq).tolist()
+        generation = _numpy(meta.generation).tolist()
+        hx = self._hx_source(batch, s_t)
+        lanes = lanes.tolist()
+        continues = continues.tolist()
+        opened, done, stats = self._open, self._done, self._stats
+        max_rows = self.max_length + 1
+        k, n_events = 0, len(events)
+        for j in range(len(lanes)):
+            lane = lanes[j]
+            ep = opened.pop(lane, None)
+            # a continued episode goes on from row 0 (which repeats row T
+            # of the previous fragment but for the actor's info, there a
+            # lookahead's: an open episode leaves row T to the next one)
+            at = 0
+            if ep is not None and not continues[j]:
+                stats["cut"] += 1
+                ep = None
+            while k < n_events and events[k] >> 1 < (j + 1) * (T + 1):
+                key = events[k]
+                k += 1
+                row = (key >> 1) - j * (T + 1)
+                if key & 1:  # a start: row holds the reset observation
+                    if ep is not None:  # never left open by the layout
+                        stats["cut"] += 1
+                    ep = _Episode(base + row * store.B + j,
+                                  hx(j, row), worker[j], env[j],
+                                  generation[j], version[j], seq[j])
+                    at = row
+                elif ep is not None:  # an end
+                    ep.add(base, j, at, row)
+                    if ep.rows > max_rows:
+                        stats["too_long"] += 1
+                    else:
+                        ep.version_last = version[j]
+                        ep.truncated = bool(truncated[row, j])
+                        ep.ret = float(ret[row, j])
+                        done.append(ep)
+                    ep = None
+            if ep is not None:
+                ep.add(base, j, at, T - 1)
+                if ep.rows > max_rows:
+                    stats["too_long"] += 1
+                else:
+                    opened[lane] = ep
+
+    def _hx_source(self, batch, s_t):
+        """``hx(j, row)``: the actor's state where column ``j`` starts an
+        episode at ``row`` (its state at row 0, or a reset one)."""
+        hx = batch.hx
+        if self.actor is None:
+            return _none
+        if isinstance(hx, tuple) and not hx:
+            return _empty
+        dim = self.hx_dim
+        reset = []
+
+        def at(j, row):
+            if row == 0:
+                source = hx
+            else:
+                if not reset:
+                    n = _env_count(hx, dim)
+                    with torch.no_grad():
+                        reset.append(self.actor.reset(
+                            hx, torch.ones(n, dtype=torch.bool)))
+                source = reset[0]
+            return suply(lambda h: h.select(dim, j).detach().cpu().clone(),
+                         source)
+        return at
+
+    # ----------------------------------------------------------- emitting --
+
+    def _emit(self):
+        n = self.n_episodes
+        eps, self._done = self._done[:n], self._done[n:]
+        self._stats["emitted"] += n
+        store = self._store
+        pieces = np.array([p for ep in eps for p in ep.pieces], np.int64)
+        base, j, t0, t1 = pieces.T
+        lens = t1 - t0 + 1
+        total = int(lens.sum())
+        before = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        rows = (np.repeat(base + t0 * store.B + j - store.B * before, lens)
+                + store.B * np.arange(total))
+        n_rows = np.array([ep.rows for ep in eps], np.int64)
+        ends = np.cumsum(n_rows)
+        last = rows[ends - 1]
+        not_first = np.ones(total, bool)
+        not_first[ends - n_rows] = False
+        not_last = np.ones(total, bool)
+        not_last[ends - 1] = False
+        step_rows, info_rows = rows[not_first], rows[not_last]
+
+        def take(part, where):
+            return [store.take(k, where) for k in self._ranges[part]]
+
+        def build(part, leaves):
+            it = iter([torch.from_numpy(x) for x in leaves])
+            return suply(lambda _: next(it), self._structure[part])
+
+        obs = take(0, rows)
+        for leaf, final in zip(obs, take(3, last)):
+            leaf[ends - 1] = final
+        length = n_rows - 1
+        hx = None
+        if eps[0].hx is not None:
+            dim = self.hx_dim
+            hx = suply(lambda *hs: torch.stack(hs, dim), eps[0].hx,
+                       *[ep.hx for ep in eps[1:]])
+        ints = lambda name: torch.tensor([getattr(ep, name) for ep in eps],
+                                         dtype=torch.int64)
+        truncated = torch.tensor([ep.truncated for ep in eps])
+        return Episodes(
+            obs=build(0, obs), act=build(1, take(1, step_rows)),
+            rew=build(2, take(2, step_rows)),
+            actor=build(4, take(4, info_rows)),
+            env=build(5, take(5, info_rows)),
+            env_mask=build(6, take(6, info_rows)),
+            terminated=~truncated, truncated=truncated, hx=hx,
+            ret=torch.tensor([ep.ret for ep in eps], dtype=torch.float64),
+            length=torch.from_numpy(length),
+            meta=EpisodeMeta(worker=ints("worker"), env=ints("env"),
+                             generation=ints("generation"),
+                             version_first=ints("version_first"),
+                             version_last=ints("version_last"),
+                             seq=ints("seq")),
+            offsets=torch.from_numpy(np.concatenate([[0],
+                                                     np.cumsum(length)])))
+
+
+def episodes(feed, n_episodes, *, max_length=MAX_LENGTH, actor=None):
+    """Batches of ``n_episodes`` whole episodes from a generator of
+    fragments, in the order the episodes complete.
+
+    Parameters
+    ----------
+    feed : iterable of Fragment
+        Any generator of :mod:`rlplay.engine.rollout` (``same``,
+        ``single``, ``multi``, ``cluster``), made with ``final=True`` (the
+        default). Its batches may be views reused after ``next()``: what
+        an episode needs is copied first.
+    n_episodes : int
+        Episodes per batch.
+    max_length : int
+        The longest episode kept (steps); a longer one is dropped and
+        counted (``stats["too_long"]``), so that memory stays bounded.
+    actor : BaseActorModule, optional
+        The generator's actor: with it, ``hx`` holds each episode's
+        starting state (the fragment's ``hx`` where the episode starts at
+        row 0, else ``actor.reset``'s); without it ``hx`` is ``None``.
+
+    Returns
+    -------
+    Episodic
+        An iterator of :class:`Episodes` with ``stats`` and ``close()``
+        (which closes ``feed``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad ``n_episodes``, ``max_length`` or ``actor`` (up front); a
+        feed without ``final`` (at the first batch).
+    """
+    return Episodic(feed, n_episodes, max_length=max_length, actor=actor)
+
+
+def rollout(factory, actor, n_envs, n_episodes, *, n_steps=32,
+            max_length=MAX_LENGTH, **kwargs):
+    """Whole episodes collected in this process: :func:`episodes` over
+    ``same.rollout(factory, actor, n_steps, n_envs, **kwargs)``, with the
+    actor's ``hx`` at each episode's start. ``close()`` closes both."""
+    from . import same
+    check_count("n_episodes", n_episodes)
+    check_count("max_length", max_length)
+    feed = same.rollout(factory, actor, n_steps, n_envs, **kwargs)
+    return Episodic(feed, n_episodes, max_length=max_length, actor=actor)
+
+
+def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,
+           action_space=None, max_length=MAX_LENGTH, batch_episodes=16,
+           **minari_kwargs):
+    """Write ``n_episodes`` whole episodes of ``feed`` (any generator of
+    fragments) into a new Minari dataset; needs ``rlplay[minari]``.
+
+    Each episode is stored as Minari stores one: observations with the
+    true last one (``L + 1``), actions, rewards, terminations and
+    truncations (``L``); its ``infos`` hold ``version_first`` and
+    ``version_last`` (``L + 1`` copies each), the parameter versions that
+    collected it, and ``worker`` and ``env``, where it came from. Episodes
+    are numbered in the order they complete. The dataset is written where
+    Minari writes datasets (``MINARI_DATASETS_PATH``) and read back with
+    ``minari.load_dataset(dataset_id)``. ``feed`` is not closed.
+
+    Parameters
+    ----------
+    feed : iterable of Fragment
+        As :func:`episodes`'.
+    dataset_id : str
+        Minari's id, e.g. ``"cartpole/rlplay-v0"``.
+    n_episodes : int
+    env : str or gymnasium.Env or EnvSpec, optional
+        The env the dataset comes from (Minari keeps its spec); or give
+        both ``observation_space`` and ``action_space`` (single-env
+        spaces).
+    max_length, batch_episodes : int
+        As :func:`episodes`' ``max_length`` and ``n_episodes``: episodes
+        are pulled ``batch_episodes`` at a time.
+    **minari_kwargs
+        Passed to ``minari.create_dataset_from_buffers``
+        (``algorithm_name``, ``author``, ``description``, ...;
+        ``data_format`` is ``"arrow"`` unless given).
+
+    Returns
+    -------
+    minari.MinariDataset
+    """
+    check_count("n_episodes", n_episodes)
+    check_count("batch_episodes", batch_episodes)
+    if env is None and (observation_space is None or action_space is None):
+        raise ValueError("record needs env= (an env, its id or its spec) "
+                         "or both observation_space= and action_space=")
+    try:
+        import minari
+        from minari.data_collector import EpisodeBuffer
+    except ImportError as exc:
+        raise ImportError("record needs Minari: pip install "
+                          "'rlplay[minari]'") from exc
+    source = Episodic(feed, min(batch_episodes, n_episodes),
+                      max_length=max_length)
+    buffers = []
+    while len(buffers) < n_episodes:
+        batch = next(source)
+        for ep in _numpy_episodes(batch):
+            if len(buffers) == n_episodes:
+                break
+            L = len(ep["rew"])
+            ends = np.zeros(L, bool)
+            # (L + 1, 1): Minari's Arrow storage cannot read back scalar infos
+            infos = {key: np.full((L + 1, 1), ep[key], np.int64) for key in
+                     ("version_first", "version_last", "worker", "env")}
+            buffers.append(EpisodeBuffer(
+                id=len(buffers), observations=ep["obs"],
+                actions=ep["act"], rewards=ep["rew"].astype(np.float64),
+                terminations=np.where(np.arange(L) == L - 1,
+                                      ep["terminated"], ends),
+                truncations=np.where(np.arange(L) == L - 1,
+                                     ep["truncated"], ends),
+                infos=infos))
+    # rlplay[minari] installs Minari's Arrow storage (Minari's own default,
+    # HDF5, needs h5py)
+    minari_kwargs.setdefault("data_format", "arrow")
+    return minari.create_dataset_from_buffers(
+        dataset_id, buffers, env=env, observation_space=observation_space,
+        action_space=action_space, **minari_kwargs)
+
+
+def _numpy_episodes(batch):
+    """The episodes of a batch one by one, as dicts of numpy arrays."""
+    off = batch.offsets.tolist()
+    meta = {key: getattr(batch.meta, key).tolist()
+            for key in ("version_first", "version_last", "worker", "env")}
+    for i in range(len(off) - 1):
+        a, b = off[i], off[i + 1]
+        ep = {"obs": suply(lambda x: x[a + i:b + i + 1].numpy(), batch.obs),
+              "act": suply(lambda x: x[a:b].numpy(), batch.act),
+              "rew": batch.rew[a:b].numpy(),
+              "terminated": bool(batch.terminated[i]),
+              "truncated": bool(batch.truncated[i])}
+        ep.update({key: value[i] for key, value in meta.items()})
+        yield ep
