@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/overlap.py
+	$(BIN)/python benchmarks/episodes.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -81,6 +81,26 @@ def test_overlap_prints_both_rows_with_their_spread():
     assert rows["cartpole/same.rollout"]["x_seq"] == 1.0
 
 
+def test_episodes_prints_its_rows_and_ratios():
+    rows = json_rows(run("episodes.py", "--json", "--seconds", "0.3",
+                         "--rounds", "2", "--episodes", "20"))
+    names = ["multi/multi.rollout.2x8", "multi/episodes.multi.2x8",
+             "record/episodic.record.multi.2x8",
+             "record/minari.DataCollector", "record/ceiling.minari_write"]
+    assert sorted(rows) == sorted(names)
+    cost = rows["multi/episodes.multi.2x8"]
+    assert cost["cost_min"] <= cost["cost"] <= cost["cost_max"]
+    for name in names:
+        row = rows[name]
+        if "skipped" in row:  # a package the row needs is missing
+            assert name.startswith("record/"), row
+            continue
+        assert row["min"] <= row["steps_per_s"] <= row["max"]
+    record = rows["record/episodic.record.multi.2x8"]
+    if "skipped" not in record:
+        assert record["of_ceiling_min"] <= record["of_ceiling"]
+
+
 def test_nested_runs():
     assert json_rows(run("nested.py", "--json"))
 

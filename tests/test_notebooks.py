@@ -41,11 +41,11 @@ PUBLIC_MODULES = {
     "rlplay", "rlplay.engine", "rlplay.engine.rollout",
     "rlplay.engine.rollout.same", "rlplay.engine.rollout.single",
     "rlplay.engine.rollout.multi", "rlplay.engine.rollout.evaluate",
-    "rlplay.engine.rollout.cluster",
+    "rlplay.engine.rollout.cluster", "rlplay.engine.rollout.episodic",
 }
 
 # notebooks that need an optional dependency: skipped without it
-NEEDS = {"05_cluster": "ray"}
+NEEDS = {"05_cluster": "ray", "07_episodes": "minari"}
 
 
 def _check_solved(result):
@@ -69,6 +69,13 @@ def _check_structured(result):
         f"after, {untrained:.2f} before")
 
 
+def _check_episodes(result):
+    assert result["eval_return"] >= 475, (
+        f"the evaluation return is {result['eval_return']:.1f}, expected at "
+        f"least 475 on CartPole-v1")
+    assert result["dataset_episodes"] == 10, result
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -76,6 +83,7 @@ CHECKS = {
     "04_structured_spaces": _check_structured,
     "05_cluster": _check_solved,
     "06_vector_envs": _check_solved,
+    "07_episodes": _check_episodes,
 }
 
 

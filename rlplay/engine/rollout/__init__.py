@@ -75,11 +75,12 @@ before anything starts.
 """
 import importlib
 
-from . import evaluate, multi, same, single
+from . import episodic, evaluate, multi, same, single
 from ._base import STATS_KEYS
 from .evaluate import Evaluation, Evaluator
 
-__all__ = ["same", "single", "multi", "cluster", "evaluate", "Evaluator",
+__all__ = ["same", "single", "multi", "cluster", "episodic", "evaluate",
+           "Evaluator",
            "Evaluation", "STATS_KEYS"]
 
 
