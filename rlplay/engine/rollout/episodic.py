@@ -115,12 +115,10 @@ class Episodes(namedtuple("Episodes", _EPISODE_FIELDS)):
 
     __slots__ = ()
 
-    def __len__(self):
-        # the number of episodes, not of fields
-        return len(self.length)
-
     @property
     def n_episodes(self):
+        """The number of episodes (``len()`` counts the fields, as for any
+        named tuple)."""
         return len(self.length)
 
     def padded(self):
