@@ -3,7 +3,9 @@
 ``same`` (in this process), ``single`` (one worker process, double
 buffered), ``multi`` (many worker processes, a pool of shared buffers),
 ``cluster`` (Ray actors on a cluster; needs ``rlplay[cluster]``) and the
-:class:`Evaluator` (evaluation in a worker process). Each module opens
+:class:`Evaluator` (evaluation in a worker process); :mod:`.episodic`
+turns the fragments of any of them into whole episodes (and Minari
+datasets). Each module opens
 with its protocol and holds one class, ``Rollout`` (``rollout`` is the
 same class), which documents its own parameters; what they share lives in
 the underscored modules (:mod:`._base`, :mod:`._collector`,
