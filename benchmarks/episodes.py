@@ -18,8 +18,8 @@ episode ends per step, the hardest case for episodes):
     included) by ``episodic.record`` over ``multi.rollout`` (2 workers x 8
     envs, the workers' start included), and by Minari's own
     ``DataCollector`` around one env in a loop that calls the same actor on
-    each observation: env steps per second of the dataset written; ``x
-    minari`` per round. ``ceiling.minari_write`` is Minari's writer alone
+    each observation: env steps per second of the dataset written;
+    ``x_minari`` per round. ``ceiling.minari_write`` is Minari's writer alone
     (``create_dataset_from_buffers`` of as many CartPole-sized episodes
     made up front): both recorders write through it, and it costs about
     as much per episode as the dataset already holds (it measures the
