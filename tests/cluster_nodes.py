@@ -33,11 +33,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 BOUND = 60.0  # on each wait below: a failure is an error, never a hang
+# on the replacement's first fragments after the node is lost: what rlplay
+# guarantees is that the lost worker is replaced and its replacement
+# delivers, not how fast Ray places and starts a new actor process. Ray
+# starts its worker processes at nice 15: on a two-core machine whose
+# cores are kept busy at nice 0, the replacement (a fresh interpreter that
+# imports torch) took over 60 s to start; the bound stays finite, so that
+# a replacement that never comes is an error, never a hang
+REPLACEMENT_BOUND = 240.0
 # on the whole script (tests/test_cluster.py waits more): a guard against
 # a hang, not a guarantee of rlplay (what is timed is the detection of the
 # lost node, result["detected_s"]); starting three Ray nodes on a busy
 # two-core machine takes minutes
-DEADLINE = 300.0
+DEADLINE = 480.0
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -174,7 +182,8 @@ def _run(ray, nodes, cluster, counting_factory, CountingActor):
         third = [node for node in _alive(ray, 3)
                  if node not in (head, second)][0]
         nodes.kill_raylet(1)
-        tic, deadline = time.monotonic(), time.monotonic() + BOUND
+        tic = time.monotonic()
+        deadline = tic + REPLACEMENT_BOUND
         while not feed.stats["restarts"]:
             next(feed)
         detected = time.monotonic() - tic
