@@ -188,11 +188,20 @@ def test_every_episode_equals_the_brute_force_one(kind):
     n_envs = 3
     feed = make(kind, varying_factory, actor, 4, n_envs, n_actors=2,
                 n_per_batch=2, n_buffers=4, entropy=7, env_info=ENV_INFO)
-    with episodic.episodes(feed, 5, actor=actor) as eps:
-        got = collect_episodes(eps, 12)
-        stats = dict(eps.stats)
-    assert stats["emitted"] == 60 and stats["cut"] == 0
     workers = 2 if kind == "multi" else 1
+    got = []
+    with episodic.episodes(feed, 5, actor=actor) as eps:
+        # 60 episodes, and on until every worker has some: which worker's
+        # fragments come first is the scheduler's (a worker that starts
+        # late on a busy machine may deliver nothing for a while); bounded
+        for _, batch in zip(range(2000), eps):
+            check_packed_and_padded_agree(batch)
+            got.extend(split(batch))
+            if len(got) >= 60 and len({ep["worker"] for ep in got}) == \
+                    workers:
+                break
+        stats = dict(eps.stats)
+    assert stats["emitted"] == len(got) and stats["cut"] == 0
     columns = by_column(got)
     assert {w for w, _, _ in columns} == set(range(workers))
     for (worker, env, generation), episodes in columns.items():
@@ -465,16 +474,35 @@ def test_episodes_cut_by_a_restart_are_never_emitted(tmp_path):
 
 # ----------------------------------------------------------------- minari --
 
+def in_turn(feed, n_workers, bound=10_000):
+    """The batches of ``feed`` (one fragment each, fresh copies) taken
+    from its workers in turn, each worker's in the order they came: a
+    stream that does not depend on which worker the scheduler favours.
+    Reads at most ``bound`` batches."""
+    queues = [[] for _ in range(n_workers)]
+    it, reads = iter(feed), 0
+    for k in range(bound):
+        queue = queues[k % n_workers]
+        while not queue:
+            assert reads < bound, f"worker {k % n_workers} sent nothing"
+            batch = next(it)
+            reads += 1
+            queues[int(batch.meta.worker[0])].append(batch)
+        yield queue.pop(0)
+
 @pytest.mark.filterwarnings("ignore:.*is set to None:UserWarning")
 @pytest.mark.filterwarnings("ignore:env_spec is None:UserWarning")
 def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
     minari = pytest.importorskip("minari")
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    # one fragment per batch, fresh copies, taken from the two workers in
+    # turn: which worker delivers first is the scheduler's, so that the 24
+    # episodes come from both workers whatever the machine's load
     feed = make("multi", varying_factory, CountingActor(), 4, 2, n_actors=2,
-                entropy=9)
+                entropy=9, copy=True)
     with feed:
         dataset = episodic.record(
-            feed, "varying/rlplay-v0", 24, observation_space=
+            in_turn(feed, 2), "varying/rlplay-v0", 24, observation_space=
             VaryingEnv().observation_space, action_space=VaryingEnv()
             .action_space, algorithm_name="CountingActor")
     assert dataset.total_episodes == 24
