@@ -164,28 +164,18 @@ def run_vector(vector_env, factory, actor, n_steps, seconds):
     :data:`N_ENVS` envs, driven by the same actor into the same arrays."""
     venv = vector_env([factory] * N_ENVS,
                       autoreset_mode=AutoresetMode.SAME_STEP)
-    buf = Arrays(venv.single_observation_space, n_steps, N_ENVS)
-    buf.obs[0], _ = venv.reset(seed=0)
-
-    def fragment():
-        obs, act, rew, done = buf.obs, buf.act, buf.rew, buf.done
-        for t in range(n_steps):
-            actions = actor.sample(buf.obs_pyt[t]).numpy()
-            act[t] = actions
-            obs[t + 1], rew[t], terminated, truncated, _ = venv.step(actions)
-            np.logical_or(terminated, truncated, out=done[t])
-        obs[0] = obs[n_steps]
-
-    try:
-        return timed(fragment, n_steps * N_ENVS, seconds)
-    finally:
-        venv.close()
+    return _run_venv(venv, actor, n_steps, seconds, N_ENVS)
 
 
 def run_hand_vector(make_venv, actor, n_steps, seconds, n_envs=N_VECTOR):
     """The hand-written loop over a vector env (next-step autoreset, as
     it comes): one actor call and one step call per row, into the arrays."""
-    venv = make_venv()
+    return _run_venv(make_venv(), actor, n_steps, seconds, n_envs)
+
+
+def _run_venv(venv, actor, n_steps, seconds, n_envs):
+    """Time fragments of ``venv`` driven by ``actor`` into the arrays (one
+    actor call and one step call per row); closes ``venv``."""
     buf = Arrays(venv.single_observation_space, n_steps, n_envs)
     buf.obs[0], _ = venv.reset(seed=0)
 

@@ -116,11 +116,11 @@ class ActorFailure(Exception):
     """Raised by :class:`RaisingActor`."""
 
 
-class RaisingActor(CountingActor):
-    """Raises on its ``after + 1``-th real step (in a worker of fragments
-    of 4 steps: its third fragment)."""
+class RaisesAfter:
+    """Mixed into an actor class (before it): raise :class:`ActorFailure`
+    at the ``after + 1``-th real step."""
 
-    def __init__(self, after=8):
+    def __init__(self, after):
         super().__init__()
         self.after, self.calls = after, 0
 
@@ -131,6 +131,14 @@ class RaisingActor(CountingActor):
                 raise ActorFailure("actor failed on purpose")
         return super().step(stepno, obs, act, rew, fin, hx=hx,
                             virtual=virtual)
+
+
+class RaisingActor(RaisesAfter, CountingActor):
+    """Raises on its ``after + 1``-th real step (in a worker of fragments
+    of 4 steps: its third fragment)."""
+
+    def __init__(self, after=8):
+        super().__init__(after)
 
 
 # ------------------------------------------------------------- fragments --

@@ -58,7 +58,8 @@ import torch
 from envs import (CountingEnv, counting_factory, flaky_factory, claim,
                   in_worker, random_crash_factory)
 from conftest import _direct_children
-from generators import (METHODS, CountingActor, assert_fragments_equal,
+from generators import (METHODS, ActorFailure, CountingActor, RaisesAfter,
+                        assert_fragments_equal,
                         identities, make as make_generator, slot,
                         without_version)
 from reference import reference as core_reference
@@ -477,25 +478,12 @@ MAKERS = {"single": make_single, "multi": make_multi,
 KINDS = list(MAKERS)
 
 
-class ActorFailure(Exception):
-    """Raised by :class:`RaisingActor`."""
-
-
-class RaisingActor(SeedActor):
+class RaisingActor(RaisesAfter, SeedActor):
     """Raises at its ``after + 1``-th real step (in the worker's second
     fragment, or the evaluator's second evaluation)."""
 
     def __init__(self, after=T + 1):
-        super().__init__()
-        self.after, self.calls = after, 0
-
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        if not virtual:
-            self.calls += 1
-            if self.calls > self.after:
-                raise ActorFailure("actor failed on purpose")
-        return super().step(stepno, obs, act, rew, fin, hx=hx,
-                            virtual=virtual)
+        super().__init__(after)
 
 
 def make(kind, tmp_path, fault, start_method="fork", actor=None, at=None,

@@ -90,7 +90,7 @@ import torch
 
 from ..lanes import Lanes
 from ..nested import flatten, suply
-from ..core import check_count
+from ..core import acted as core_acted, check_count
 
 __all__ = ["Episodes", "EpisodeMeta", "PaddedEpisodes", "Episodic",
            "episodes", "rollout", "record"]
@@ -328,10 +328,8 @@ class Episodic:
         meta = batch.meta
         lanes, continues = self._lanes.follow(meta)
         fin = _numpy(batch.state.fin)
-        length = _numpy(batch.stats.length)
         T = fin.shape[0] - 1
-        acted = ~(fin & (length == 0))
-        acted[0] = False
+        acted = _numpy(core_acted(batch))
         ends = acted & fin
         # step row t starts an episode whose reset observation is row t - 1
         starts = acted[1:] & fin[:-1]
