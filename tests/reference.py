@@ -8,9 +8,9 @@ import torch
 from rlplay.engine.core import collect, prepare, startup
 from rlplay.engine.envs import close_envs, make_envs
 from rlplay.engine.nested import suply
-from rlplay.engine.seeds import env_seed_sequences
+from rlplay.engine.seeds import env_seed_sequences, reset_seed
 
-__all__ = ["reference"]
+__all__ = ["reference", "brute_episodes", "column_seeds"]
 
 
 def reference(factory, actor, n_steps, n_envs, entropy, *, worker=0, count,
@@ -59,3 +59,45 @@ def reference(factory, actor, n_steps, n_envs, entropy, *, worker=0, count,
     finally:
         close_envs(envs)
     return fragments
+
+
+# ---------------------------------------------------- brute-force episodes --
+
+def brute_episodes(env, seed, count, *, hx_first, hx_reset):
+    """The first ``count`` episodes of ``env`` reset with ``seed``, one step
+    at a time, under CountingActor's policy (``act = (x + stepno) % 5``,
+    ``hx`` adds ``(x, stepno)`` at every state, ``info`` = ``value = x / 2``
+    and that ``hx``)."""
+    episodes = []
+    obs, _ = env.reset(seed=seed)
+    hx = np.array(hx_first, np.float32)
+    while len(episodes) < count:
+        ep = dict(obs=[obs[0]], act=[], rew=[], value=[], h=[], t=[],
+                  done=[], hx=hx.copy())
+        k = 0
+        while True:
+            x = float(obs[0])
+            hx = hx + np.array([x, k], np.float32)
+            act = (int(x) + k) % 5
+            ep["act"].append(act)
+            ep["value"].append(x * 0.5)
+            ep["h"].append(hx.copy())
+            obs, rew, terminated, truncated, info = env.step(act)
+            ep["rew"].append(rew)
+            ep["t"].append(info["t"])
+            ep["done"].append(info.get("done", 0.0))
+            ep["obs"].append(obs[0])
+            k += 1
+            if terminated or truncated:
+                ep.update(terminated=terminated, truncated=truncated,
+                          length=k, ret=float(sum(ep["rew"])))
+                break
+        episodes.append(ep)
+        obs, _ = env.reset()
+        hx = np.array(hx_reset, np.float32)
+    return episodes
+
+
+def column_seeds(entropy, n_envs, worker=0, generation=0):
+    return [reset_seed(ss) for ss in
+            env_seed_sequences(entropy, n_envs, worker, generation)]

@@ -12,54 +12,11 @@ from rlplay.engine.core import Meta
 from rlplay.engine.lanes import Lanes
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import episodic, same
-from rlplay.engine.seeds import env_seed_sequences, reset_seed
 
 from envs import (ENV_INFO, EndlessEnv, StructuredEnv, VaryingEnv,
                   ends_vector, flaky_factory, late_vector, varying_factory)
 from generators import CountingActor, make
-from reference import reference
-
-
-# ---------------------------------------------------- brute-force episodes --
-
-def brute_episodes(env, seed, count, *, hx_first, hx_reset):
-    """The first ``count`` episodes of ``env`` reset with ``seed``, one step
-    at a time, under CountingActor's policy (``act = (x + stepno) % 5``,
-    ``hx`` adds ``(x, stepno)`` at every state, ``info`` = ``value = x / 2``
-    and that ``hx``)."""
-    episodes = []
-    obs, _ = env.reset(seed=seed)
-    hx = np.array(hx_first, np.float32)
-    while len(episodes) < count:
-        ep = dict(obs=[obs[0]], act=[], rew=[], value=[], h=[], t=[],
-                  done=[], hx=hx.copy())
-        k = 0
-        while True:
-            x = float(obs[0])
-            hx = hx + np.array([x, k], np.float32)
-            act = (int(x) + k) % 5
-            ep["act"].append(act)
-            ep["value"].append(x * 0.5)
-            ep["h"].append(hx.copy())
-            obs, rew, terminated, truncated, info = env.step(act)
-            ep["rew"].append(rew)
-            ep["t"].append(info["t"])
-            ep["done"].append(info.get("done", 0.0))
-            ep["obs"].append(obs[0])
-            k += 1
-            if terminated or truncated:
-                ep.update(terminated=terminated, truncated=truncated,
-                          length=k, ret=float(sum(ep["rew"])))
-                break
-        episodes.append(ep)
-        obs, _ = env.reset()
-        hx = np.array(hx_reset, np.float32)
-    return episodes
-
-
-def column_seeds(entropy, n_envs, worker=0, generation=0):
-    return [reset_seed(ss) for ss in
-            env_seed_sequences(entropy, n_envs, worker, generation)]
+from reference import brute_episodes, column_seeds, reference
 
 
 def split(batch):

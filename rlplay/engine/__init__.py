@@ -7,7 +7,8 @@ from .core import (Context, EpisodeStats, Fragment, Meta, State, acted,
                    evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
-from .returns import frozen, gae, returns
+from .replay import PrioritizedReplay, Replay, Transitions
+from .returns import frozen, gae, n_step, returns
 from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "evaluate", "prepare", "startup",
     "StructureError", "check_structure", "flatten", "getitem", "setitem",
     "suply", "tuply",
-    "frozen", "gae", "returns",
+    "PrioritizedReplay", "Replay", "Transitions",
+    "frozen", "gae", "n_step", "returns",
     "Aliased", "aliased", "numpify", "torchify",
 ]

@@ -26,7 +26,7 @@ e.g. with ``live = acted(fragment)[1:]``, shape ``(T, B)``.
 """
 import torch
 
-__all__ = ["returns", "gae", "terminated", "frozen"]
+__all__ = ["returns", "gae", "n_step", "terminated", "frozen"]
 
 
 def terminated(fin, truncated):
@@ -148,14 +148,63 @@ def returns(rew, fin, truncated, value, value_final=None, *, gamma,
         return _apply_mask(G, mask, fin)
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    G = torch.empty_like(boot)
-    for t in range(T):
-        stop = min(t + n, T) - 1
-        acc = rew[stop] + gamma * boot[stop]
-        for k in range(stop - 1, t - 1, -1):
-            acc = rew[k] + gamma * torch.where(ended[k], boot[k], acc)
-        G[t] = acc
+    # the window of row t is rows t+1 .. t+n, cut at an episode end and at
+    # row T (the last row of `ended` is set: nothing is known after it)
+    B = rew.shape[1:]
+    stops = torch.cat([ended[:T - 1], ended.new_ones((n, *B))])
+    rews = torch.cat([rew, rew.new_zeros((n - 1, *B))])
+    windows = torch.stack([rews[k:k + T] for k in range(n)])
+    cuts = torch.stack([stops[k:k + T] for k in range(n)])
+    G, discount, last = n_step(windows, cuts, gamma)
+    rows = torch.arange(T, device=last.device).reshape(T, *[1] * len(B))
+    G = G + discount * boot.gather(0, rows + last)
     return _apply_mask(G, mask, fin)
+
+
+def n_step(rew, cut, gamma):
+    """Discounted sums over windows of up to ``n`` steps: the n-step
+    arithmetic of :func:`returns` and of :class:`rlplay.engine.replay.Replay`.
+
+    Parameters
+    ----------
+    rew : tensor, shape = (n, ...)
+        ``rew[k]``: the reward of step ``k + 1`` of each window.
+    cut : bool tensor, shape = (n, ...)
+        The window stops after step ``k + 1`` (an episode end, or nothing
+        known after it); it stops after step ``n`` in any case.
+    gamma : float
+
+    Returns
+    -------
+    G : tensor, shape = (...)
+        ``sum(gamma**k * rew[k])`` over the steps ``k = 0 .. m - 1`` of the
+        window, ``m`` its steps taken.
+    discount : tensor, shape = (...)
+        ``gamma**m``: the weight of what the window bootstraps from (the
+        caller zeroes it after a termination).
+    last : int64 tensor, shape = (...)
+        ``m - 1``, the index of the window's last step.
+
+    Examples
+    --------
+    >>> rew = torch.tensor([[1.0, 1.0], [2.0, 2.0], [4.0, 4.0]])
+    >>> cut = torch.tensor([[False, False], [False, True], [False, False]])
+    >>> n_step(rew, cut, 0.5)
+    (tensor([3., 2.]), tensor([0.1250, 0.2500]), tensor([2, 1]))
+    """
+    n = rew.shape[0]
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    G = torch.zeros_like(rew[0])
+    discount = torch.ones_like(rew[0])
+    last = torch.zeros(rew.shape[1:], dtype=torch.int64, device=rew.device)
+    going = torch.ones_like(cut[0])
+    for k in range(n):
+        G = torch.where(going, G + discount * rew[k], G)
+        discount = torch.where(going, discount * gamma, discount)
+        last = torch.where(going, k, last)
+        going = going & ~cut[k]
+    return G, discount, last
 
 
 def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam,

@@ -1,0 +1,772 @@
+"""Replay buffers fed by any generator, exact at every boundary.
+
+A :class:`Replay` takes the batches of any generator (``same``, ``single``,
+``multi``, ``cluster``) and keeps their transitions for off-policy learning
+(DQN, SAC): ``extend(batch)`` after every batch, ``sample(...)`` as often as
+the learner wants.
+
+How a batch is stored. Every env column of the run is a *lane*
+(``meta.worker``, ``meta.env``; see :mod:`rlplay.engine.lanes`). A lane's
+states are kept once each, as *nodes* of a ring of ``capacity`` nodes
+numbered by a running count (the oldest are overwritten first), each linked
+to the node an executed action led to from it:
+
+- a row that an executed action led to (:func:`rlplay.engine.core.acted`)
+  is a node holding that action, its reward and the parameter version that
+  chose it; where the episode ended there (``fin``), the node holds the
+  true final observation (``final``) and how the episode ended, and has no
+  successor;
+- the first observation of the next episode (a row with ``fin`` that an
+  executed action follows) is a node of its own, with no predecessor;
+- row 0 of a fragment that continues its lane is the lane's last node (the
+  actor info there, a lookahead's in the previous fragment, is replaced by
+  the real call's); after a gap in the lane (a new ``meta.generation``, a
+  missing or out-of-order ``meta.seq``, the lane's first fragment) it is a
+  node with no predecessor: nothing is ever linked across a gap;
+- rows that no executed action led to (frozen rows of ``sticky=True``, the
+  lost calls of a next-step vector source) are no transitions and are not
+  stored.
+
+A *transition* is a node with a successor: ``obs`` (the node's), ``act``,
+``rew`` and ``version`` (its successor's), ``info`` (the actor's info at
+the node, from the call that chose ``act``). An ``n``-step transition
+follows the links: ``rew`` is the discounted sum of the rewards of the
+steps taken (:func:`rlplay.engine.returns.n_step`), ``next_obs`` the
+observation reached, ``discount`` ``gamma**k`` for the ``k`` steps taken,
+or 0 where the episode terminated within them. The window stops after
+``n`` steps, at an episode end (a truncation keeps its discount: the
+learner bootstraps from the true final observation it returns as
+``next_obs``) and at the last node known of its lane (a fragment not yet
+seen, or a gap: the learner bootstraps from the state reached, exact for
+the ``k`` steps taken). Nodes are numbered by a running count, so an index
+that was sampled names its node for good: once the node is overwritten the
+index is stale, and :meth:`PrioritizedReplay.update` ignores it.
+
+Each observation is stored once (the successor's observation is the next
+node's), the true final observations only where episodes ended, in the
+dtypes of the batch (uint8 stays uint8). Transitions come out as tensors on
+the buffer's ``device``. Sampling draws from a numpy generator seeded with
+``seed``: the same batches and the same seed give the same samples.
+"""
+import os
+from collections import namedtuple
+
+import numpy as np
+import torch
+
+from .core import acted, check_count
+from .lanes import Lanes
+from .nested import StructureError, check_structure, flatten, suply
+from .returns import n_step as _n_step
+from .shared import check_device
+
+__all__ = ["Replay", "PrioritizedReplay", "Transitions"]
+
+Transitions = namedtuple(
+    "Transitions",
+    "obs act rew next_obs discount info version index weight")
+Transitions.__doc__ = """A batch of sampled transitions (tensors; ``weight``
+is ``None`` but for :class:`PrioritizedReplay`):
+
+====================  ==================================================
+``obs``               the observations the actions were taken at
+``act``               the actions
+``rew``               float32, the discounted sum of the ``k`` rewards of
+                      the window
+``next_obs``          the observation reached after ``k`` steps (the true
+                      final observation where the episode ended)
+``discount``          float32, ``gamma**k``, 0 after a termination:
+                      the target is ``rew + discount * V(next_obs)``
+``info``              the actor's info at ``obs``
+``version``           int64, the parameter version that chose ``act``
+``index``             int64, the transitions' indices (for ``update``)
+``weight``            float32, importance weights (prioritized only)
+====================  ==================================================
+"""
+
+# nodes: how a lane's step ended at a node (the node of an episode end
+# holds the true final observation)
+_GOES_ON, _TERMINATED, _TRUNCATED = 0, 1, 2
+
+
+def _numpy(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _available_memory():
+    """Bytes of memory available to new allocations (``None``: unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_gamma(gamma):
+    if isinstance(gamma, bool) or not isinstance(
+            gamma, (int, float, np.floating, np.integer)) \
+            or not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    return float(gamma)
+
+
+class Replay:
+    """A ring of transitions fed by the batches of any generator, sampled
+    uniformly.
+
+    Parameters
+    ----------
+    capacity : int
+        Nodes held: one per state an executed action led to, plus one per
+        episode start (the oldest are overwritten first).
+    device : torch.device or str, optional
+        Where sampled transitions go (the CPU by default).
+    pinned : bool
+        Gather sampled transitions in pinned memory before moving them to a
+        CUDA ``device`` (asynchronously).
+    seed : int or numpy.random.SeedSequence, optional
+        Seeds the sampling generator (fresh entropy if ``None``).
+    example : Fragment, optional
+        A batch (or a generator's buffer) to size the storage from now;
+        otherwise the first batch given to :meth:`extend` does.
+
+    Attributes
+    ----------
+    lanes : Lanes
+        The lanes followed; ``lanes.counts`` tells how many gaps were met.
+
+    Examples
+    --------
+    >>> import gymnasium
+    >>> from rlplay.engine import PolicyActor
+    >>> from rlplay.engine.rollout import same
+    >>> actor = PolicyActor(torch.nn.Linear(4, 2))
+    >>> replay = Replay(10_000, seed=0)
+    >>> with same.rollout(lambda: gymnasium.make("CartPole-v1"), actor,
+    ...                   n_steps=16, n_envs=4, entropy=0) as feed:
+    ...     for _, batch in zip(range(8), feed):
+    ...         replay.extend(batch)
+    >>> len(replay) >= 8 * 16 * 4 - 4 * 8
+    True
+    >>> tr = replay.sample(32, n_step=3, gamma=0.99)
+    >>> tr.obs.shape, tr.act.shape, tr.rew.dtype, tr.discount.shape
+    (torch.Size([32, 4]), torch.Size([32]), torch.float32, torch.Size([32]))
+    """
+
+    def __init__(self, capacity, *, device=None, pinned=False, seed=None,
+                 example=None):
+        check_count("capacity", capacity, 2)
+        self.capacity = int(capacity)
+        self.device = check_device(device, pinned)
+        self.pinned = bool(pinned)
+        self._rng = np.random.default_rng(seed)
+        self.lanes = Lanes()
+        self._cur = np.empty(0, np.int64)  # lane -> its last node, or -1
+        self._total = 0                    # nodes written so far
+        self._linked = 0                   # nodes held that have a successor
+        self._store = None
+        if example is not None:
+            self._allocate(self._parts(example))
+
+    # ------------------------------------------------------------ sizes --
+    def __len__(self):
+        """The transitions that can be sampled: nodes held that have a
+        successor."""
+        return self._linked
+
+    @property
+    def n_stored(self):
+        """Nodes held (transitions, episode ends and lanes' last nodes)."""
+        return min(self._total, self.capacity)
+
+    @property
+    def nbytes_per_node(self):
+        """Bytes one node takes (``None`` before the layout is known)."""
+        if self._store is None:
+            return None
+        return self._node_bytes([x[0] for x in flatten(self._store["data"])])
+
+    def _node_bytes(self, leaves):
+        data = sum(x.nbytes for x in flatten(leaves))
+        # rew (4), end (1), version, next, lane, number (8 each)
+        return data + 4 + 1 + 4 * 8 + self._extra_bytes()
+
+    def _extra_bytes(self):
+        return 0
+
+    # ----------------------------------------------------------- layout --
+    @staticmethod
+    def _parts(batch):
+        """The numpy fields of ``batch`` a node keeps, and the rest."""
+        if batch.final is None:
+            raise ValueError(
+                "the batch has no final observations (final=None): a "
+                "replay buffer needs them to store episode ends exactly; "
+                "make the generator with final=True (the default)")
+        return {
+            "obs": suply(_numpy, batch.state.obs),
+            "final": suply(_numpy, batch.final),
+            "act": suply(_numpy, batch.state.act),
+            "info": suply(_numpy, batch.actor),
+            "rew": _numpy(batch.state.rew),
+            "fin": _numpy(batch.state.fin),
+            "truncated": _numpy(batch.truncated),
+            "length": _numpy(batch.stats.length),
+            "version": _numpy(batch.meta.version),
+            "meta": type(batch.meta)(*map(_numpy, batch.meta)),
+        }
+
+    @staticmethod
+    def _layout(parts):
+        """One node's leaves (shape and dtype) as a nested structure."""
+        def node(x):
+            return np.empty(x.shape[2:], x.dtype)
+        return {"obs": suply(node, parts["obs"]),
+                "act": suply(node, parts["act"]),
+                "info": suply(node, parts["info"])}
+
+    def _check_layout(self, parts):
+        fin = parts["fin"]
+        if fin.ndim != 2:
+            raise ValueError(f"a batch's fin must be (1 + T, B), got shape "
+                             f"{fin.shape}")
+        want = self._store["data"]
+        got = self._layout(parts)
+        try:
+            check_structure(want, got)
+        except (StructureError, TypeError, ValueError) as exc:
+            raise ValueError(f"the batch does not match the buffer's "
+                             f"layout: {exc}") from None
+
+        def same(w, g):
+            if w.shape[1:] != g.shape or w.dtype != g.dtype:
+                raise ValueError(
+                    f"the batch does not match the buffer's layout: a leaf "
+                    f"of {g.dtype} {g.shape} per row where the buffer "
+                    f"holds {w.dtype} {w.shape[1:]}")
+        suply(same, want, got)
+
+    def _allocate(self, parts):
+        C = self.capacity
+        layout = self._layout(parts)
+        need = C * self._node_bytes(layout)
+        have = _available_memory()
+        if have is not None and need > have:
+            raise MemoryError(
+                f"capacity={C} needs {need / 2**30:.2f} GiB "
+                f"({need // C} bytes per node) but {have / 2**30:.2f} GiB "
+                f"of memory is available: lower the capacity")
+        self._store = {
+            "data": suply(lambda x: np.zeros((C, *x.shape), x.dtype),
+                          layout),
+            "rew": np.zeros(C, np.float32),
+            "end": np.zeros(C, np.int8),
+            "version": np.zeros(C, np.int64),
+            "next": np.full(C, -1, np.int64),
+            "lane": np.full(C, -1, np.int64),
+            "number": np.full(C, -1, np.int64),
+        }
+
+    # ----------------------------------------------------------- extend --
+    def extend(self, batch):
+        """Store the transitions of a batch (copied: the batch may be a
+        view that the generator reuses).
+
+        Parameters
+        ----------
+        batch : Fragment
+            A batch of any generator (``final=True``), in the order the
+            generator yields them.
+
+        Raises
+        ------
+        ValueError
+            The batch has no ``final``, or does not match the layout of the
+            first batch (or ``example``), or one batch makes more nodes than
+            ``capacity``; the buffer is left as it was.
+        """
+        parts = self._parts(batch)
+        if self._store is None:
+            self._allocate(parts)
+        self._check_layout(parts)
+        fin, length = parts["fin"], parts["length"]
+        T1, B = fin.shape
+        if parts["truncated"].shape != fin.shape \
+                or length.shape != fin.shape:
+            raise ValueError("the batch's truncated and stats.length must "
+                             "be shaped as its fin")
+        executed = acted(_Rows(fin, length))
+        starts = np.zeros_like(fin)
+        # a row with fin starts an episode where an executed action follows
+        # it; at row T that is not known yet: it is kept
+        starts[:-1] = fin[:-1] & executed[1:]
+        starts[-1] = fin[-1]
+        starts[0] = True  # until the lanes say which columns continue
+        n_max = int(executed.sum() + starts.sum())
+        if n_max > self.capacity:
+            raise ValueError(
+                f"a batch of {T1 - 1} steps x {B} columns makes up to "
+                f"{n_max} nodes, more than capacity={self.capacity}")
+        # nothing changes above this line
+        lanes, continues = self.lanes.follow(parts["meta"])
+        if len(self._cur) < len(self.lanes):
+            grown = np.full(len(self.lanes), -1, np.int64)
+            grown[:len(self._cur)] = self._cur
+            self._cur = grown
+        base = self._total
+        # a lane's last node is linked to only while it is held at the end
+        # of this batch
+        oldest_kept = base + n_max - self.capacity
+        src0 = np.full(B, -1, np.int64)
+        last_col = {}  # lane -> the column of this batch that last had it
+        cur = self._cur
+        for j in range(B):
+            lane = int(lanes[j])
+            if continues[j]:
+                prev = last_col.get(lane)
+                src0[j] = -2 - prev if prev is not None else cur[lane]
+            last_col[lane] = j
+        held = ((src0 >= 0) & (src0 >= oldest_kept)) | (src0 <= -2)
+        starts[0] = ~held
+        src0[~held] = -1
+
+        # number the new nodes lane by lane (column-major): per row, the
+        # node an action led to first, then an episode start
+        counts = (executed.astype(np.int64) + starts).T.ravel()
+        ends = np.cumsum(counts)
+        first = (base + ends - counts).reshape(B, T1).T
+        n = int(ends[-1]) if len(ends) else 0
+        arrival = first
+        start_id = first + executed
+        rep = np.where(starts, start_id,
+                       np.where(executed & ~fin, arrival, -1))
+        # row 0 of a continuing column: the lane's last node (or the row T
+        # node of an earlier column of this batch)
+        in_batch = src0 <= -2
+        rep[0] = np.where(starts[0], rep[0], src0)
+        if in_batch.any():
+            rep[0, in_batch] = rep[-1, -2 - src0[in_batch]]
+
+        self._write_nodes(parts, executed, starts, counts, base, n, lanes)
+        # links: the node of row t-1 -> the node of row t, where an
+        # executed action led from one to the other
+        t, j = np.nonzero(executed)
+        src, dst = rep[t - 1, j], arrival[t, j]
+        self._link(src, dst)
+        # the real actor info at row 0 of a continuing column replaces the
+        # lookahead stored with the lane's last node
+        cont = np.flatnonzero(held)
+        if len(cont):
+            slots = rep[0, cont] % self.capacity
+            suply(lambda dst, src: dst.__setitem__(slots, src[0, cont]),
+                  self._store["data"]["info"], parts["info"])
+        for lane, j in last_col.items():
+            cur[lane] = rep[-1, j]
+        self._total = base + n
+
+    def _write_nodes(self, parts, executed, starts, counts, base, n, lanes):
+        C, store = self.capacity, self._store
+        T1, B = executed.shape
+        numbers = base + np.arange(n, dtype=np.int64)
+        slots = numbers % C
+        # nodes overwritten: those with a successor leave the count
+        old = store["number"][slots]
+        self._linked -= int(np.count_nonzero((old >= 0)
+                                             & (store["next"][slots] >= 0)))
+        self._forget(slots)
+        pos = np.repeat(np.arange(B * T1), counts)
+        j, t = pos // T1, pos % T1
+        occurrence = np.arange(n) - (np.cumsum(counts) - counts)[pos]
+        is_arrival = occurrence < executed.T.ravel()[pos]
+        ended = is_arrival & parts["fin"][t, j]
+        data = store["data"]
+
+        def put(dst, obs, final):
+            shape = (n, *[1] * (obs.ndim - 2))
+            dst[slots] = np.where(ended.reshape(shape), final[t, j],
+                                  obs[t, j])
+        suply(put, data["obs"], parts["obs"], parts["final"])
+        suply(lambda dst, src: dst.__setitem__(slots, src[t, j]),
+              data["act"], parts["act"])
+
+        def put_info(dst, src):
+            shape = (n, *[1] * (src.ndim - 2))
+            dst[slots] = np.where(ended.reshape(shape), 0, src[t, j])
+        suply(put_info, data["info"], parts["info"])
+        store["rew"][slots] = np.where(is_arrival, parts["rew"][t, j], 0)
+        store["end"][slots] = np.where(
+            ended, np.where(parts["truncated"][t, j], _TRUNCATED,
+                            _TERMINATED), _GOES_ON)
+        store["version"][slots] = parts["version"][j]
+        store["next"][slots] = -1
+        store["lane"][slots] = lanes[j]
+        store["number"][slots] = numbers
+
+    def _forget(self, slots):
+        """``slots`` are about to hold new nodes."""
+
+    def _link(self, src, dst):
+        self._store["next"][src % self.capacity] = dst
+        self._linked += len(src)
+
+    # ----------------------------------------------------------- sample --
+    def _window(self):
+        return max(0, self._total - self.capacity), self._total
+
+    def _check_sample(self, batch_size, n_step, gamma):
+        check_count("batch_size", batch_size)
+        check_count("n_step", n_step)
+        gamma = _check_gamma(gamma)
+        if batch_size > len(self):
+            raise ValueError(f"batch_size={batch_size} is more than the "
+                             f"{len(self)} transitions held")
+        return gamma
+
+    def sample(self, batch_size, *, n_step=1, gamma=0.99):
+        """``batch_size`` transitions drawn uniformly (with replacement).
+
+        Parameters
+        ----------
+        batch_size : int
+            At most ``len(self)``.
+        n_step : int
+            Steps summed per transition (the window may stop earlier: see
+            the module docstring).
+        gamma : float
+            In ``[0, 1]``.
+
+        Returns
+        -------
+        Transitions
+        """
+        gamma = self._check_sample(batch_size, n_step, gamma)
+        return self.transitions(self._draw(batch_size), n_step=n_step,
+                                gamma=gamma)
+
+    def _draw(self, batch_size):
+        lo, hi = self._window()
+        nxt, C = self._store["next"], self.capacity
+        out = np.empty(0, np.int64)
+        # draw from every node held and keep those with a successor
+        share = max(len(self) / (hi - lo), 1e-3)
+        while len(out) < batch_size:
+            k = int((batch_size - len(out)) / share * 1.1) + 8
+            draw = self._rng.integers(lo, hi, size=k)
+            out = np.concatenate([out, draw[nxt[draw % C] >= 0]])
+        return out[:batch_size]
+
+    def indices(self):
+        """The indices of every transition held (oldest first)."""
+        if self._store is None:
+            return np.empty(0, np.int64)
+        lo, hi = self._window()
+        numbers = np.arange(lo, hi, dtype=np.int64)
+        return numbers[self._store["next"][numbers % self.capacity] >= 0]
+
+    def transitions(self, index, *, n_step=1, gamma=0.99):
+        """The transitions of ``index`` (indices of transitions held, e.g.
+        from :meth:`indices` or a :class:`Transitions`).
+
+        Raises
+        ------
+        ValueError
+            An index that names no transition held (never stored,
+            overwritten, or a node with no successor).
+        """
+        check_count("n_step", n_step)
+        gamma = _check_gamma(gamma)
+        index = np.asarray(index, np.int64).reshape(-1)
+        store, C = self._store, self.capacity
+        if store is None:
+            raise ValueError("the buffer is empty")
+        lo, hi = self._window()
+        slots = index % C
+        bad = (index < lo) | (index >= hi)
+        bad[~bad] = store["next"][slots[~bad]] < 0
+        if bad.any():
+            raise ValueError(f"index {int(index[bad][0])} names no "
+                             f"transition held (held: {lo} .. {hi - 1})")
+        nxt, end, rew = store["next"], store["end"], store["rew"]
+        N = len(index)
+        nodes = np.empty((n_step, N), np.int64)
+        rews = np.empty((n_step, N), np.float32)
+        cuts = np.empty((n_step, N), bool)
+        at = nxt[slots] % C
+        for k in range(n_step):
+            nodes[k], rews[k] = at, rew[at]
+            after = nxt[at]
+            cuts[k] = (end[at] != _GOES_ON) | (after < 0)
+            at = np.where(cuts[k], at, after % C)
+        G, discount, last = _n_step(torch.from_numpy(rews),
+                                    torch.from_numpy(cuts), gamma)
+        reached = nodes[last.numpy(), np.arange(N)]
+        discount[torch.from_numpy(end[reached] == _TERMINATED)] = 0.0
+        first = nodes[0]
+        data = store["data"]
+        return Transitions(
+            obs=self._out(suply(lambda x: x[slots], data["obs"])),
+            act=self._out(suply(lambda x: x[first], data["act"])),
+            rew=self._out(G),
+            next_obs=self._out(suply(lambda x: x[reached], data["obs"])),
+            discount=self._out(discount),
+            info=self._out(suply(lambda x: x[slots], data["info"])),
+            version=self._out(store["version"][first]),
+            index=self._out(index.copy()),
+            weight=None)
+
+    def _out(self, tree):
+        def move(x):
+            x = torch.as_tensor(x)
+            if self.device is None or self.device.type == "cpu":
+                return x
+            if self.pinned:
+                return x.pin_memory().to(self.device, non_blocking=True)
+            return x.to(self.device)
+        return suply(move, tree)
+
+    # ------------------------------------------------------------ state --
+    def state_dict(self):
+        """Everything :meth:`load_state_dict` needs to go on as this buffer
+        would: contents, lanes, the sampling generator (picklable; arrays
+        are the buffer's own, as a module's ``state_dict`` holds its
+        tensors)."""
+        return {"kind": type(self).__name__, "capacity": self.capacity,
+                "store": self._store, "cur": self._cur,
+                "total": self._total, "linked": self._linked,
+                "lanes": self.lanes.state_dict(),
+                "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        """Go on from :meth:`state_dict` (of a buffer of the same kind and
+        capacity); the arrays are copied."""
+        if state.get("kind") != type(self).__name__ \
+                or state.get("capacity") != self.capacity:
+            raise ValueError(
+                f"a state of {state.get('kind')}(capacity="
+                f"{state.get('capacity')}) does not load into "
+                f"{type(self).__name__}(capacity={self.capacity})")
+        store = state["store"]
+        self._store = None if store is None else suply(np.copy, store)
+        self._cur = np.array(state["cur"], np.int64)
+        self._total, self._linked = int(state["total"]), int(state["linked"])
+        self.lanes = Lanes()
+        self.lanes.load_state_dict(state["lanes"])
+        self._rng.bit_generator.state = state["rng"]
+
+
+class _Rows:
+    """What :func:`~rlplay.engine.core.acted` reads of a fragment."""
+
+    def __init__(self, fin, length):
+        self.state = _Fin(fin)
+        self.stats = _Length(length)
+
+
+_Fin = namedtuple("_Fin", "fin")
+_Length = namedtuple("_Length", "length")
+
+
+class _SumTree:
+    """Sums (and minimums of the positive values) over ``n`` leaves, in
+    float64, updated and searched level by level with numpy: no Python
+    loop over items."""
+
+    def __init__(self, n):
+        self.size = 1 << max(1, (n - 1).bit_length())
+        self.sum = np.zeros(2 * self.size, np.float64)
+        self.min = np.full(2 * self.size, np.inf)
+
+    @property
+    def total(self):
+        return float(self.sum[1])
+
+    @property
+    def smallest(self):
+        """The smallest positive leaf (``inf`` if none)."""
+        return float(self.min[1])
+
+    def set(self, slots, values):
+        """Leaves ``slots`` get ``values`` (>= 0); a slot given twice gets
+        its last value."""
+        if not len(slots):
+            return
+        i = np.asarray(slots, np.int64) + self.size
+        values = np.asarray(values, np.float64)
+        self.sum[i] = values
+        self.min[i] = np.where(values > 0, values, np.inf)
+        i = np.unique(i >> 1)
+        while True:
+            left, right = 2 * i, 2 * i + 1
+            self.sum[i] = self.sum[left] + self.sum[right]
+            self.min[i] = np.minimum(self.min[left], self.min[right])
+            if i[0] == 1:
+                return
+            i = np.unique(i >> 1)
+
+    def get(self, slots):
+        return self.sum[np.asarray(slots, np.int64) + self.size]
+
+    def find(self, mass):
+        """The leaves whose cumulative ranges hold ``mass`` (in ``[0,
+        total)``)."""
+        i = np.ones(len(mass), np.int64)
+        mass = np.array(mass, np.float64)
+        while i[0] < self.size:
+            left = self.sum[2 * i]
+            right = mass >= left
+            mass = np.where(right, mass - left, mass)
+            i = 2 * i + right
+        return i - self.size
+
+    def state(self):
+        return {"sum": self.sum, "min": self.min}
+
+    def load(self, state):
+        self.sum = np.array(state["sum"], np.float64)
+        self.min = np.array(state["min"], np.float64)
+
+
+class PrioritizedReplay(Replay):
+    """A :class:`Replay` that samples transition ``i`` with probability
+    ``p_i**alpha / sum(p**alpha)`` (Schaul et al., 2016).
+
+    A new transition gets the largest priority given so far (1 at first);
+    :meth:`update` sets the priorities of sampled transitions, ignoring
+    those whose node was overwritten since they were sampled. Samples carry
+    importance weights ``(N * P(i))**-beta`` divided by their largest
+    possible value (that of the least likely transition held), ``N =
+    len(self)``. Priorities live in a float64 sum tree, updated and
+    searched without a Python loop over items; sampling is stratified (one
+    draw in each of ``batch_size`` equal parts of the total).
+
+    Parameters
+    ----------
+    capacity, device, pinned, seed, example
+        As :class:`Replay`.
+    alpha : float
+        How much priorities count (0: uniform).
+    beta : float
+        The importance-weight exponent (a learner usually anneals it to 1;
+        ``sample(beta=...)`` overrides it).
+    eps : float
+        Added to every priority given to :meth:`update`, so that no
+        transition held becomes impossible to draw.
+    """
+
+    def __init__(self, capacity, *, alpha=0.6, beta=0.4, eps=1e-6,
+                 device=None, pinned=False, seed=None, example=None):
+        for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
+            if isinstance(value, bool) or not isinstance(
+                    value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, "
+                                 f"got {value!r}")
+        self.alpha, self.beta, self.eps = float(alpha), float(beta), \
+            float(eps)
+        self._max_priority = 1.0
+        super().__init__(capacity, device=device, pinned=pinned, seed=seed,
+                         example=example)
+        self._tree = _SumTree(self.capacity)
+
+    def _extra_bytes(self):
+        return 2 * 2 * 8  # two float64 trees, twice the leaves at most
+
+    def _forget(self, slots):
+        self._tree.set(slots, np.zeros(len(slots)))
+
+    def _link(self, src, dst):
+        super()._link(src, dst)
+        self._tree.set(src % self.capacity,
+                       np.full(len(src), self._max_priority ** self.alpha))
+
+    def sample(self, batch_size, *, n_step=1, gamma=0.99, beta=None):
+        """``batch_size`` transitions drawn by priority, with ``weight``.
+
+        Parameters are as :meth:`Replay.sample`; ``beta`` overrides the
+        buffer's.
+        """
+        gamma = self._check_sample(batch_size, n_step, gamma)
+        beta = self.beta if beta is None else beta
+        if isinstance(beta, bool) or not isinstance(
+                beta, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(beta) or beta < 0:
+            raise ValueError(f"beta must be a finite number >= 0, got "
+                             f"{beta!r}")
+        tree, C = self._tree, self.capacity
+        total = tree.total
+        if not total > 0:
+            raise ValueError("every transition held has priority 0")
+        # one draw in each of batch_size equal parts of the total mass
+        mass = (np.arange(batch_size) + self._rng.random(batch_size)) \
+            * (total / batch_size)
+        slots = tree.find(np.minimum(mass, np.nextafter(total, 0)))
+        lost = tree.get(slots) <= 0  # rounding at a range's edge
+        for _ in range(64):
+            if not lost.any():
+                break
+            slots[lost] = tree.find(self._rng.random(int(lost.sum()))
+                                    * total)
+            lost = tree.get(slots) <= 0
+        else:
+            raise RuntimeError("the sum tree drew transitions of priority "
+                               "0 over and over")
+        index = self._store["number"][slots]
+        out = self.transitions(index, n_step=n_step, gamma=gamma)
+        prob = tree.get(slots) / total
+        n = len(self)
+        weight = (n * prob) ** -float(beta)
+        weight /= (n * tree.smallest / total) ** -float(beta)
+        return out._replace(weight=self._out(weight.astype(np.float32)))
+
+    def update(self, index, priorities):
+        """Set the priorities of transitions (``index`` from a sample);
+        those whose node was overwritten meanwhile are ignored.
+
+        Raises
+        ------
+        ValueError
+            ``priorities`` not shaped as ``index``, or not finite and
+            >= 0 (nothing is changed).
+        """
+        index = _numpy(index).astype(np.int64).reshape(-1)
+        priorities = _numpy(priorities).astype(np.float64)
+        if priorities.shape not in ((len(index),), (len(index), 1)):
+            raise ValueError(f"priorities must be shaped as index "
+                             f"({len(index)},), got {priorities.shape}")
+        priorities = priorities.reshape(-1)
+        if not np.isfinite(priorities).all() or (priorities < 0).any():
+            raise ValueError("priorities must be finite and >= 0")
+        if self._store is None or not len(index):
+            return
+        lo, hi = self._window()
+        slots = index % self.capacity
+        keep = (index >= lo) & (index < hi)
+        keep[keep] = self._store["next"][slots[keep]] >= 0
+        if not keep.any():
+            return
+        self._max_priority = max(self._max_priority,
+                                 float(priorities[keep].max()))
+        self._tree.set(slots[keep],
+                       (priorities[keep] + self.eps) ** self.alpha)
+
+    def state_dict(self):
+        state = super().state_dict()
+        state.update(tree=self._tree.state(), max_priority=self._max_priority,
+                     alpha=self.alpha, beta=self.beta, eps=self.eps)
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self._tree.load(state["tree"])
+        self._max_priority = float(state["max_priority"])
+        self.alpha, self.beta, self.eps = (float(state["alpha"]),
+                                           float(state["beta"]),
+                                           float(state["eps"]))
