@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/overlap.py
 	$(BIN)/python benchmarks/episodes.py
+	$(BIN)/python benchmarks/replay.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

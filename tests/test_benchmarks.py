@@ -101,6 +101,28 @@ def test_episodes_prints_its_rows_and_ratios():
         assert record["of_ceiling_min"] <= record["of_ceiling"]
 
 
+def test_replay_prints_every_library_and_operation():
+    rows = json_rows(run("replay.py", "--json", "--seconds", "0.05",
+                         "--rounds", "2", "--capacity", "3000",
+                         "--capacity-atari", "1200"))
+    ops = ["extend", "sample.uniform", "sample.uniform.n3", "memory",
+           "sample_update.prioritized"]
+    for shape in ("cartpole", "atari"):
+        for op in ops:
+            row = rows[f"rlplay/{op}.{shape}"]
+            assert row["min"] <= row["per_s"] <= row["max"], row
+            for peer in ("torchrl", "sb3"):
+                other = rows.get(f"{peer}/{op}.{shape}")
+                if other is not None and "skipped" not in other:
+                    assert row[f"x_{peer}_min"] <= row[f"x_{peer}"]
+    # each observation once: rlplay's bytes per image transition are
+    # about half of a buffer that stores next_obs too
+    memory = rows["rlplay/memory.atari"]
+    assert 84 * 84 * 4 <= memory["per_s"] < 1.1 * 84 * 84 * 4
+    assert all(name.split("/")[0] in ("rlplay", "torchrl", "sb3")
+               for name in rows)
+
+
 def test_nested_runs():
     assert json_rows(run("nested.py", "--json"))
 

@@ -45,7 +45,7 @@ PUBLIC_MODULES = {
 }
 
 # notebooks that need an optional dependency: skipped without it
-NEEDS = {"05_cluster": "ray", "07_episodes": "minari"}
+NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray"}
 
 
 def _check_solved(result):
@@ -76,6 +76,18 @@ def _check_episodes(result):
     assert result["dataset_episodes"] == 10, result
 
 
+def _check_off_policy(result):
+    assert result["dqn_eval"] >= 500 and result["dqn_steps"] <= 50_000, (
+        f"DQN's greedy return is {result['dqn_eval']:.1f} after "
+        f"{result['dqn_steps']} env steps, expected 500 within 50,000")
+    assert result["sac_eval"] >= -200 and result["sac_steps"] <= 20_000, (
+        f"SAC's evaluation return is {result['sac_eval']:.1f} after "
+        f"{result['sac_steps']} env steps, expected -200 or more within "
+        f"20,000")
+    assert result["cluster_steps"] >= 4096, result
+    assert result["cluster_versions"] > 1, result
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -84,6 +96,7 @@ CHECKS = {
     "05_cluster": _check_solved,
     "06_vector_envs": _check_solved,
     "07_episodes": _check_episodes,
+    "08_off_policy": _check_off_policy,
 }
 
 

@@ -448,8 +448,7 @@ class Replay:
         Transitions
         """
         gamma = self._check_sample(batch_size, n_step, gamma)
-        return self.transitions(self._draw(batch_size), n_step=n_step,
-                                gamma=gamma)
+        return self._gather(self._draw(batch_size), n_step, gamma)
 
     def _draw(self, batch_size):
         lo, hi = self._window()
@@ -483,54 +482,64 @@ class Replay:
         """
         check_count("n_step", n_step)
         gamma = _check_gamma(gamma)
-        index = np.asarray(index, np.int64).reshape(-1)
-        store, C = self._store, self.capacity
-        if store is None:
+        index = _numpy(index).astype(np.int64).reshape(-1)
+        if self._store is None:
             raise ValueError("the buffer is empty")
         lo, hi = self._window()
-        slots = index % C
+        slots = index % self.capacity
         bad = (index < lo) | (index >= hi)
-        bad[~bad] = store["next"][slots[~bad]] < 0
+        bad[~bad] = self._store["next"][slots[~bad]] < 0
         if bad.any():
             raise ValueError(f"index {int(index[bad][0])} names no "
                              f"transition held (held: {lo} .. {hi - 1})")
+        return self._gather(index, n_step, gamma)
+
+    def _gather(self, index, n_step, gamma):
+        store, C = self._store, self.capacity
+        slots = index % C
         nxt, end, rew = store["next"], store["end"], store["rew"]
-        N = len(index)
-        nodes = np.empty((n_step, N), np.int64)
-        rews = np.empty((n_step, N), np.float32)
-        cuts = np.empty((n_step, N), bool)
-        at = nxt[slots] % C
-        for k in range(n_step):
-            nodes[k], rews[k] = at, rew[at]
-            after = nxt[at]
-            cuts[k] = (end[at] != _GOES_ON) | (after < 0)
-            at = np.where(cuts[k], at, after % C)
-        G, discount, last = _n_step(torch.from_numpy(rews),
-                                    torch.from_numpy(cuts), gamma)
-        reached = nodes[last.numpy(), np.arange(N)]
-        discount[torch.from_numpy(end[reached] == _TERMINATED)] = 0.0
-        first = nodes[0]
+        first = nxt[slots] % C
+        if n_step == 1:
+            reached = first
+            G = rew[first]
+            discount = np.full(len(index), gamma, np.float32)
+        else:
+            nodes = np.empty((n_step, len(index)), np.int64)
+            rews = np.empty((n_step, len(index)), np.float32)
+            cuts = np.empty((n_step, len(index)), bool)
+            at = first
+            for k in range(n_step):
+                nodes[k], rews[k] = at, rew[at]
+                after = nxt[at]
+                cuts[k] = (end[at] != _GOES_ON) | (after < 0)
+                at = np.where(cuts[k], at, after % C)
+            G, discount, last = _n_step(rews, cuts, np.float32(gamma))
+            reached = nodes[last, np.arange(len(index))]
+        discount[end[reached] == _TERMINATED] = 0.0
         data = store["data"]
         return Transitions(
-            obs=self._out(suply(lambda x: x[slots], data["obs"])),
-            act=self._out(suply(lambda x: x[first], data["act"])),
+            obs=self._out(_take(data["obs"], slots)),
+            act=self._out(_take(data["act"], first)),
             rew=self._out(G),
-            next_obs=self._out(suply(lambda x: x[reached], data["obs"])),
+            next_obs=self._out(_take(data["obs"], reached)),
             discount=self._out(discount),
-            info=self._out(suply(lambda x: x[slots], data["info"])),
+            info=self._out(_take(data["info"], slots)),
             version=self._out(store["version"][first]),
-            index=self._out(index.copy()),
+            index=self._out(index),
             weight=None)
 
     def _out(self, tree):
-        def move(x):
-            x = torch.as_tensor(x)
-            if self.device is None or self.device.type == "cpu":
-                return x
-            if self.pinned:
-                return x.pin_memory().to(self.device, non_blocking=True)
-            return x.to(self.device)
-        return suply(move, tree)
+        """numpy arrays (fresh, from a gather) as tensors on the device."""
+        if type(tree) is np.ndarray:
+            return self._move(torch.from_numpy(tree))
+        return suply(lambda x: self._move(torch.from_numpy(x)), tree)
+
+    def _move(self, x):
+        if self.device is None or self.device.type == "cpu":
+            return x
+        if self.pinned:
+            return x.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device)
 
     # ------------------------------------------------------------ state --
     def state_dict(self):
@@ -560,6 +569,13 @@ class Replay:
         self.lanes = Lanes()
         self.lanes.load_state_dict(state["lanes"])
         self._rng.bit_generator.state = state["rng"]
+
+
+def _take(tree, rows):
+    """``tree``'s leaves at ``rows`` (fresh arrays)."""
+    if type(tree) is np.ndarray:
+        return tree[rows]
+    return suply(lambda x: x[rows], tree)
 
 
 class _Rows:
@@ -719,7 +735,7 @@ class PrioritizedReplay(Replay):
             raise RuntimeError("the sum tree drew transitions of priority "
                                "0 over and over")
         index = self._store["number"][slots]
-        out = self.transitions(index, n_step=n_step, gamma=gamma)
+        out = self._gather(index, n_step, gamma)
         prob = tree.get(slots) / total
         n = len(self)
         weight = (n * prob) ** -float(beta)

@@ -24,6 +24,7 @@ action led to are defined once, by :func:`rlplay.engine.core.acted` (``mask
 of a sticky fragment from ``fin`` alone. Leave the same rows out of a loss,
 e.g. with ``live = acted(fragment)[1:]``, shape ``(T, B)``.
 """
+import numpy as np
 import torch
 
 __all__ = ["returns", "gae", "n_step", "terminated", "frozen"]
@@ -167,9 +168,9 @@ def n_step(rew, cut, gamma):
 
     Parameters
     ----------
-    rew : tensor, shape = (n, ...)
+    rew : tensor or ndarray, shape = (n, ...)
         ``rew[k]``: the reward of step ``k + 1`` of each window.
-    cut : bool tensor, shape = (n, ...)
+    cut : bool tensor or ndarray, shape = (n, ...)
         The window stops after step ``k + 1`` (an episode end, or nothing
         known after it); it stops after step ``n`` in any case.
     gamma : float
@@ -195,14 +196,20 @@ def n_step(rew, cut, gamma):
     n = rew.shape[0]
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    G = torch.zeros_like(rew[0])
-    discount = torch.ones_like(rew[0])
-    last = torch.zeros(rew.shape[1:], dtype=torch.int64, device=rew.device)
-    going = torch.ones_like(cut[0])
-    for k in range(n):
-        G = torch.where(going, G + discount * rew[k], G)
-        discount = torch.where(going, discount * gamma, discount)
-        last = torch.where(going, k, last)
+    # the same arithmetic on numpy arrays (the replay buffer's gather)
+    if isinstance(rew, np.ndarray):
+        where, G = np.where, rew[0].copy()
+        discount = np.full_like(G, gamma)
+        last = np.zeros(G.shape, np.int64)
+    else:
+        where, G = torch.where, rew[0].clone()
+        discount = torch.full_like(G, gamma)
+        last = torch.zeros(G.shape, dtype=torch.int64, device=G.device)
+    going = ~cut[0]
+    for k in range(1, n):
+        G = where(going, G + discount * rew[k], G)
+        discount = where(going, discount * gamma, discount)
+        last = where(going, k, last)
         going = going & ~cut[k]
     return G, discount, last
 
