@@ -34,7 +34,7 @@ def lane_steps(seed, count):
         L = ep["length"]
         for k in range(L):
             end = k == L - 1
-            steps.append(dict(
+            steps.append(dict(k=k, 
                 obs=ep["obs"][k], act=ep["act"][k], rew=ep["rew"][k],
                 value=ep["value"][k], h=ep["h"][k],
                 next_obs=ep["obs"][k + 1],
@@ -140,6 +140,58 @@ def test_versions_and_the_same_generators_layout():
     runs = {key: [(0, 6 * T)] for key in seeds}
     versions = {key: [p // T for p in range(6 * T)] for key in seeds}
     check_against_reference(replay, seeds, runs, 2, versions=versions)
+
+
+# ----------------------------------------------------------- sequences --
+
+def test_sequences_start_with_the_stored_hx_and_carry_the_masks():
+    T, n_envs = 4, 3
+    actor = CountingActor()
+    replay = Replay(10_000, seed=0, actor=actor)
+    with same.rollout(varying_factory, actor, T, n_envs, entropy=7) as feed:
+        for _, batch in zip(range(10), feed):
+            replay.extend(batch)
+    seeds = {(0, j): column_seeds(7, n_envs)[j] for j in range(n_envs)}
+    ref = {}
+    for key, seed in seeds.items():
+        for q, s in enumerate(lane_steps(seed, 10 * T)):
+            ref[float(s["obs"])] = (key, q, s)
+    sq = replay.sample_sequences(64, 6, burn_in=2)
+    assert sq.obs.shape == (9, 64, 1) and sq.mask.shape == (9, 64)
+    assert sq.hx.shape == (64, 2)  # CountingActor: hx_dim = 0
+    assert sq.mask[0].all() and sq.mask[1].all()
+    ended_somewhere = False
+    for i in range(64):
+        key, q, s = ref[float(sq.obs[0, i, 0])]
+        # a window starts at row 0 of a fragment, with the actor's state
+        # there: the info at row 0 is that state plus (x, stepno)
+        assert q % T == 0
+        want_h = sq.hx[i].numpy() + np.array([s["obs"], s["k"]],
+                                             np.float32)
+        np.testing.assert_array_equal(sq.info["h"][0, i].numpy(), want_h)
+        steps = lane_steps(seeds[key], 10 * T)
+        for t in range(1, 9):
+            if not sq.mask[t, i]:
+                assert not sq.mask[t:, i].any()
+                assert (sq.obs[t:, i] == 0).all()
+                break
+            step = steps[q + t - 1]
+            assert sq.obs[t, i, 0].item() == step["next_obs"]
+            assert sq.act[t, i].item() == step["act"]
+            assert sq.rew[t, i].item() == step["rew"]
+            ended = step["terminated"] or step["truncated"]
+            assert sq.fin[t, i].item() == ended
+            assert sq.truncated[t, i].item() == step["truncated"]
+            if ended:  # the window stops at the episode's end
+                ended_somewhere = True
+                assert not sq.mask[t + 1:, i].any()
+                break
+            if q + t < len(steps):  # else the lane's last node: a lookahead
+                assert sq.info["value"][t, i].item() == \
+                    steps[q + t]["value"]
+    assert ended_somewhere
+    with pytest.raises(ValueError, match="actor="):
+        Replay(100).sample_sequences(1, 2)
 
 
 # ---------------------------------------------------------------- gaps --
@@ -338,7 +390,7 @@ def test_new_transitions_get_the_largest_priority():
 
 @pytest.mark.parametrize("cls", [Replay, PrioritizedReplay])
 def test_state_dict_round_trips(cls):
-    replay = _filled(cls, capacity=300, n_batches=6)
+    replay = _filled(cls, capacity=300, n_batches=6, actor=CountingActor())
     state = pickle.loads(pickle.dumps(replay.state_dict()))
     again = cls(300)
     again.load_state_dict(state)
@@ -356,6 +408,9 @@ def test_state_dict_round_trips(cls):
         again.extend(b)
     assert np.array_equal(replay.indices(), again.indices())
     assert replay.lanes.counts == again.lanes.counts
+    x, y = replay.sample_sequences(8, 3), again.sample_sequences(8, 3)
+    torch.testing.assert_close(x.obs, y.obs, rtol=0, atol=0)
+    torch.testing.assert_close(x.hx, y.hx, rtol=0, atol=0)
     with pytest.raises(ValueError, match="does not load"):
         Replay(301).load_state_dict(state)
 

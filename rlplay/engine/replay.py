@@ -60,7 +60,7 @@ from .nested import StructureError, check_structure, flatten, suply
 from .returns import n_step as _n_step
 from .shared import check_device
 
-__all__ = ["Replay", "PrioritizedReplay", "Transitions"]
+__all__ = ["Replay", "PrioritizedReplay", "Transitions", "Sequences"]
 
 Transitions = namedtuple(
     "Transitions",
@@ -83,6 +83,11 @@ is ``None`` but for :class:`PrioritizedReplay`):
 ``weight``            float32, importance weights (prioritized only)
 ====================  ==================================================
 """
+
+Sequences = namedtuple(
+    "Sequences", "obs act rew fin truncated mask info version hx index")
+Sequences.__doc__ = """Windows for a recurrent actor, time-major; see
+:meth:`Replay.sample_sequences`."""
 
 # nodes: how a lane's step ended at a node (the node of an episode end
 # holds the true final observation)
@@ -137,6 +142,10 @@ class Replay:
     example : Fragment, optional
         A batch (or a generator's buffer) to size the storage from now;
         otherwise the first batch given to :meth:`extend` does.
+    actor : BaseActorModule, optional
+        The actor of the generator, for its ``hx_dim``: with it, the
+        actor's state at row 0 of every fragment is kept, and
+        :meth:`sample_sequences` draws windows that start there.
 
     Attributes
     ----------
@@ -162,8 +171,12 @@ class Replay:
     """
 
     def __init__(self, capacity, *, device=None, pinned=False, seed=None,
-                 example=None):
+                 example=None, actor=None):
         check_count("capacity", capacity, 2)
+        # the actor's env axis of hx: with it, the hx at row 0 of every
+        # fragment is kept, for sample_sequences
+        self.hx_dim = None if actor is None else int(actor.hx_dim)
+        self._hx = None
         self.capacity = int(capacity)
         self.device = check_device(device, pinned)
         self.pinned = bool(pinned)
@@ -222,6 +235,7 @@ class Replay:
             "length": _numpy(batch.stats.length),
             "version": _numpy(batch.meta.version),
             "meta": type(batch.meta)(*map(_numpy, batch.meta)),
+            "hx": suply(_numpy, batch.hx),
         }
 
     @staticmethod
@@ -274,6 +288,17 @@ class Replay:
             "lane": np.full(C, -1, np.int64),
             "number": np.full(C, -1, np.int64),
         }
+        if self.hx_dim is not None:
+            T1, B = parts["fin"].shape
+            # one entry per column per batch: enough for every fragment
+            # whose row 0 is still held
+            H = -(-C // max(1, T1 - 1)) + B
+            dim = self.hx_dim
+            self._hx = {
+                "node": np.full(H, -1, np.int64),
+                "data": suply(lambda h: np.zeros(
+                    (H, *np.delete(h.shape, dim)), h.dtype), parts["hx"]),
+                "total": 0}
 
     # ----------------------------------------------------------- extend --
     def extend(self, batch):
@@ -370,6 +395,8 @@ class Replay:
                   self._store["data"]["info"], parts["info"])
         for lane, j in last_col.items():
             cur[lane] = rep[-1, j]
+        if self._hx is not None:
+            self._keep_hx(parts["hx"], rep[0])
         self._total = base + n
 
     def _write_nodes(self, parts, executed, starts, counts, base, n, lanes):
@@ -409,6 +436,17 @@ class Replay:
         store["next"][slots] = -1
         store["lane"][slots] = lanes[j]
         store["number"][slots] = numbers
+
+    def _keep_hx(self, hx, nodes):
+        """The actor's state at row 0 of each column, for the node there."""
+        store = self._hx
+        H = len(store["node"])
+        k = (store["total"] + np.arange(len(nodes))) % H
+        store["node"][k] = nodes
+        dim = self.hx_dim
+        suply(lambda dst, src: dst.__setitem__(k, np.moveaxis(src, dim, 0)),
+              store["data"], hx)
+        store["total"] += len(nodes)
 
     def _forget(self, slots):
         """``slots`` are about to hold new nodes."""
@@ -541,6 +579,88 @@ class Replay:
             return x.pin_memory().to(self.device, non_blocking=True)
         return x.to(self.device)
 
+    def sample_sequences(self, batch_size, length, *, burn_in=0):
+        """``batch_size`` windows of ``burn_in + length`` steps for a
+        recurrent actor, each starting at row 0 of a fragment (where the
+        actor's state was kept), drawn uniformly with replacement.
+
+        A window follows its lane's transitions; it stops at an episode end
+        (the row where the episode ended holds its true last observation,
+        with ``fin`` and ``truncated`` set) and at the last node known of
+        the lane; the rows after that are padding, ``mask`` False (zeros).
+
+        Parameters
+        ----------
+        batch_size : int
+        length, burn_in : int
+            The window has ``burn_in + length + 1`` state rows.
+
+        Returns
+        -------
+        Sequences
+            Time-major ``(burn_in + length + 1, batch_size, ...)``, laid out
+            as a fragment's rows: ``obs``, ``act`` and ``rew`` (the action
+            and reward that led to each row; row 0's are its node's),
+            ``fin`` (an episode ended at the row), ``truncated``, ``mask``,
+            ``info``, ``version``; ``hx`` the actor's state at row 0
+            (``batch_size`` along the actor's ``hx_dim``); ``index`` the
+            first row's transition.
+
+        Raises
+        ------
+        ValueError
+            The buffer was made without ``actor=``, or holds no window's
+            start; bad counts.
+        """
+        check_count("batch_size", batch_size)
+        check_count("length", length)
+        check_count("burn_in", burn_in, 0)
+        if self._hx is None:
+            raise ValueError("sample_sequences needs the actor's states: "
+                             "make the buffer with actor=")
+        store, C = self._store, self.capacity
+        lo, hi = self._window()
+        nodes = self._hx["node"]
+        held = (nodes >= lo) & (nodes < hi)
+        held[held] = store["next"][nodes[held] % C] >= 0
+        entries = np.flatnonzero(held)
+        if not len(entries):
+            raise ValueError("no window can start yet: no fragment's row 0 "
+                             "with a transition after it is held")
+        pick = entries[self._rng.integers(len(entries), size=batch_size)]
+        first = nodes[pick]
+        L = burn_in + length
+        rows = np.empty((L + 1, batch_size), np.int64)
+        mask = np.empty((L + 1, batch_size), bool)
+        at, going = first % C, np.ones(batch_size, bool)
+        nxt = store["next"]
+        for t in range(L + 1):
+            rows[t], mask[t] = at, going
+            after = nxt[at]
+            going = going & (after >= 0)
+            at = np.where(going, after % C, at)
+        end = store["end"][rows]
+        data = store["data"]
+
+        def pad(x):
+            return np.where(mask.reshape(*mask.shape, *[1] * (x.ndim - 2)),
+                            x, np.zeros((), x.dtype))
+        dim = self.hx_dim
+        hx = suply(lambda h: np.ascontiguousarray(np.moveaxis(h[pick], 0,
+                                                              dim)),
+                   self._hx["data"])
+        return Sequences(
+            obs=self._out(suply(lambda x: pad(x[rows]), data["obs"])),
+            act=self._out(suply(lambda x: pad(x[rows]), data["act"])),
+            rew=self._out(pad(store["rew"][rows])),
+            fin=self._out(mask & (end != _GOES_ON)),
+            truncated=self._out(mask & (end == _TRUNCATED)),
+            mask=self._out(mask),
+            info=self._out(suply(lambda x: pad(x[rows]), data["info"])),
+            version=self._out(pad(store["version"][rows])),
+            hx=self._out(hx),
+            index=self._out(first.copy()))
+
     # ------------------------------------------------------------ state --
     def state_dict(self):
         """Everything :meth:`load_state_dict` needs to go on as this buffer
@@ -548,7 +668,8 @@ class Replay:
         are the buffer's own, as a module's ``state_dict`` holds its
         tensors)."""
         return {"kind": type(self).__name__, "capacity": self.capacity,
-                "store": self._store, "cur": self._cur,
+                "store": self._store, "cur": self._cur, "hx": self._hx,
+                "hx_dim": self.hx_dim,
                 "total": self._total, "linked": self._linked,
                 "lanes": self.lanes.state_dict(),
                 "rng": self._rng.bit_generator.state}
@@ -564,6 +685,11 @@ class Replay:
                 f"{type(self).__name__}(capacity={self.capacity})")
         store = state["store"]
         self._store = None if store is None else suply(np.copy, store)
+        hx = state.get("hx")
+        self.hx_dim = state.get("hx_dim")
+        self._hx = None if hx is None else {
+            "node": hx["node"].copy(), "total": int(hx["total"]),
+            "data": suply(np.copy, hx["data"])}
         self._cur = np.array(state["cur"], np.int64)
         self._total, self._linked = int(state["total"]), int(state["linked"])
         self.lanes = Lanes()
@@ -665,7 +791,7 @@ class PrioritizedReplay(Replay):
 
     Parameters
     ----------
-    capacity, device, pinned, seed, example
+    capacity, device, pinned, seed, example, actor
         As :class:`Replay`.
     alpha : float
         How much priorities count (0: uniform).
@@ -678,7 +804,8 @@ class PrioritizedReplay(Replay):
     """
 
     def __init__(self, capacity, *, alpha=0.6, beta=0.4, eps=1e-6,
-                 device=None, pinned=False, seed=None, example=None):
+                 device=None, pinned=False, seed=None, example=None,
+                 actor=None):
         for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             if isinstance(value, bool) or not isinstance(
                     value, (int, float, np.integer, np.floating)) \
@@ -689,11 +816,22 @@ class PrioritizedReplay(Replay):
             float(eps)
         self._max_priority = 1.0
         super().__init__(capacity, device=device, pinned=pinned, seed=seed,
-                         example=example)
+                         example=example, actor=actor)
         self._tree = _SumTree(self.capacity)
 
     def _extra_bytes(self):
         return 2 * 2 * 8  # two float64 trees, twice the leaves at most
+
+    def _keep_hx(self, hx, nodes):
+        """The actor's state at row 0 of each column, for the node there."""
+        store = self._hx
+        H = len(store["node"])
+        k = (store["total"] + np.arange(len(nodes))) % H
+        store["node"][k] = nodes
+        dim = self.hx_dim
+        suply(lambda dst, src: dst.__setitem__(k, np.moveaxis(src, dim, 0)),
+              store["data"], hx)
+        store["total"] += len(nodes)
 
     def _forget(self, slots):
         self._tree.set(slots, np.zeros(len(slots)))
