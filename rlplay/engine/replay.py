@@ -744,14 +744,16 @@ class _SumTree:
         values = np.asarray(values, np.float64)
         self.sum[i] = values
         self.min[i] = np.where(values > 0, values, np.inf)
-        i = np.unique(i >> 1)
+        i = np.unique(i >> 1)  # sorted: parents of neighbours are adjacent
         while True:
             left, right = 2 * i, 2 * i + 1
             self.sum[i] = self.sum[left] + self.sum[right]
             self.min[i] = np.minimum(self.min[left], self.min[right])
             if i[0] == 1:
                 return
-            i = np.unique(i >> 1)
+            i >>= 1
+            if len(i) > 1:
+                i = i[np.concatenate(([True], i[1:] != i[:-1]))]
 
     def get(self, slots):
         return self.sum[np.asarray(slots, np.int64) + self.size]
