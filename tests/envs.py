@@ -4,6 +4,7 @@ and the envs that fail, stall or break the layout on purpose.
 They live in an importable module (not conftest) so that worker processes
 started with spawn or forkserver can unpickle them by reference.
 """
+import functools
 import multiprocessing
 import os
 import signal
@@ -654,3 +655,18 @@ class EndlessEnv(CountingEnv):
 
     def __init__(self, endless):
         super().__init__(term_every=None if endless else 3)
+
+
+SOURCES = ["same_step", "disabled", "next_step", "late", "singles", "sticky"]
+
+
+def source_factory(source):
+    """``(factory, generator keywords)`` of CountingEnv-like columns from
+    each kind of source (:data:`SOURCES`): a vector env in each autoreset
+    mode, a lost-call native vector env, single envs, sticky single
+    envs."""
+    if source == "late":
+        return late_vector, {}
+    if source in ("singles", "sticky"):
+        return EndsEnv, {"sticky": source == "sticky"}
+    return functools.partial(ends_vector, mode=source), {}

@@ -13,8 +13,8 @@ from rlplay.engine.lanes import Lanes
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import episodic, same
 
-from envs import (ENV_INFO, EndlessEnv, StructuredEnv, VaryingEnv,
-                  ends_vector, flaky_factory, late_vector, varying_factory)
+from envs import (ENV_INFO, SOURCES, EndlessEnv, StructuredEnv, VaryingEnv,
+                  flaky_factory, source_factory, varying_factory)
 from generators import CountingActor, make
 from reference import brute_episodes, column_seeds, reference
 
@@ -230,18 +230,9 @@ def ends_rule(offset, i, L, trunc_at=5):
     return (L + k) % 7 == 0, (L + k) % 7 != 0
 
 
-@pytest.mark.parametrize("source", [
-    "same_step", "disabled", "next_step", "late", "singles", "sticky"])
+@pytest.mark.parametrize("source", SOURCES)
 def test_episodes_over_every_kind_of_source(source):
-    from envs import EndsEnv
-    kwargs = {}
-    if source == "late":
-        factory = late_vector
-    elif source in ("singles", "sticky"):
-        factory = EndsEnv
-        kwargs["sticky"] = source == "sticky"
-    else:
-        factory = functools.partial(ends_vector, mode=source)
+    factory, kwargs = source_factory(source)
     feed = same.rollout(factory, CountingActor(), 6, 8, entropy=3,
                         env_info=ENV_INFO, **kwargs)
     with episodic.episodes(feed, 8) as eps:

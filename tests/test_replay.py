@@ -2,7 +2,6 @@
 return equals the brute-force one of the same seeded env, n-step sums and
 discounts exact at terminations, truncations, fragment edges and gaps;
 prioritized sampling, stale updates, state round trips, bad input."""
-import functools
 import math
 import pickle
 
@@ -15,8 +14,8 @@ from rlplay.engine.replay import PrioritizedReplay, Replay, _SumTree
 from rlplay.engine.returns import n_step
 from rlplay.engine.rollout import same
 
-from envs import (CountingEnv, EndsEnv, StructuredEnv, ends_vector,
-                  late_vector, varying_factory)
+from envs import (SOURCES, CountingEnv, StructuredEnv, source_factory,
+                  varying_factory)
 from generators import CountingActor, make
 from reference import brute_episodes, column_seeds
 
@@ -228,20 +227,12 @@ def test_nothing_is_linked_across_a_gap(gap):
 
 # ------------------------------------------------- every kind of source --
 
-@pytest.mark.parametrize("source", [
-    "same_step", "disabled", "next_step", "late", "singles", "sticky"])
+@pytest.mark.parametrize("source", SOURCES)
 def test_transitions_of_every_kind_of_source(source):
     """On a CountingEnv the observation goes up by one per step and the
     reward is the action: a transition stitched across an episode end, a
     lost call or a frozen row breaks one of the two."""
-    kwargs = {}
-    if source == "late":
-        factory = late_vector
-    elif source in ("singles", "sticky"):
-        factory = EndsEnv
-        kwargs["sticky"] = source == "sticky"
-    else:
-        factory = functools.partial(ends_vector, mode=source)
+    factory, kwargs = source_factory(source)
     replay = Replay(10_000, seed=0)
     executed = 0
     with same.rollout(factory, CountingActor(), 6, 8, entropy=3,

@@ -824,17 +824,6 @@ class PrioritizedReplay(Replay):
     def _extra_bytes(self):
         return 2 * 2 * 8  # two float64 trees, twice the leaves at most
 
-    def _keep_hx(self, hx, nodes):
-        """The actor's state at row 0 of each column, for the node there."""
-        store = self._hx
-        H = len(store["node"])
-        k = (store["total"] + np.arange(len(nodes))) % H
-        store["node"][k] = nodes
-        dim = self.hx_dim
-        suply(lambda dst, src: dst.__setitem__(k, np.moveaxis(src, dim, 0)),
-              store["data"], hx)
-        store["total"] += len(nodes)
-
     def _forget(self, slots):
         self._tree.set(slots, np.zeros(len(slots)))
 
