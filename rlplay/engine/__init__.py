@@ -7,6 +7,7 @@ from .core import (Context, EpisodeStats, Fragment, Meta, State, acted,
                    evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
+from .norm import RunningNorm
 from .replay import PrioritizedReplay, Replay, Sequences, Transitions
 from .returns import frozen, gae, n_step, returns
 from .shared import Aliased, aliased, numpify, torchify
@@ -20,6 +21,7 @@ __all__ = [
     "evaluate", "prepare", "startup",
     "StructureError", "check_structure", "flatten", "getitem", "setitem",
     "suply", "tuply",
+    "RunningNorm",
     "PrioritizedReplay", "Replay", "Sequences", "Transitions",
     "frozen", "gae", "n_step", "returns",
     "Aliased", "aliased", "numpify", "torchify",

@@ -1,0 +1,107 @@
+"""RunningNorm (rlplay.engine.norm): exact running statistics, fed from
+any generator's batches, travelling to the workers with the parameters."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rlplay.engine import BaseActorModule, RunningNorm
+from rlplay.engine.returns import frozen
+from rlplay.engine.rollout import same
+
+from envs import EndsEnv, varying_factory
+from generators import make
+
+
+def test_any_split_gives_numpys_mean_and_variance():
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(1000, 3)) * [1, 10, 100]
+    norm = RunningNorm((3,))
+    start = 0
+    for size in rng.integers(1, 60, size=100):
+        norm.update(torch.from_numpy(data[start:start + size]))
+        start += size
+        if start >= len(data):
+            break
+    seen = data[:start]
+    assert norm.count.item() == len(seen)
+    np.testing.assert_allclose(norm.mean.numpy(), seen.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(norm.var.numpy(), seen.var(0), rtol=1e-10)
+    z = norm(torch.from_numpy(seen).float())
+    np.testing.assert_allclose(z.mean(0).numpy(), 0, atol=1e-5)
+    np.testing.assert_allclose(z.std(0, unbiased=False).numpy(), 1,
+                               atol=1e-5)
+
+
+def test_masked_rows_and_bad_shapes():
+    norm = RunningNorm((2,))
+    x = torch.tensor([[[1.0, 2.0], [100.0, 100.0]], [[3.0, 4.0], [5.0, 6.0]]])
+    norm.update(x, torch.tensor([[True, False], [True, True]]))
+    assert norm.count.item() == 3
+    assert norm.mean.tolist() == [3.0, 4.0]
+    with pytest.raises(ValueError, match="normalized shape"):
+        norm.update(torch.zeros(4, 3))
+    with pytest.raises(ValueError, match="mask"):
+        norm.update(torch.zeros(4, 2), torch.ones(3, dtype=torch.bool))
+    norm(torch.zeros(5, 2))  # forward on any leading dims
+    again = RunningNorm((2,))
+    again.load_state_dict(norm.state_dict())
+    assert torch.equal(again.mean, norm.mean) and again.count == norm.count
+    assert norm.clip is None and RunningNorm((2,), clip=5.0)(
+        torch.full((1, 2), 1e9)).max().item() == 5.0
+
+
+@pytest.mark.parametrize("sticky", [False, True])
+def test_update_from_counts_each_observation_the_actor_saw_once(sticky):
+    from generators import CountingActor
+    norm = RunningNorm((1,))
+    seen = []
+    with same.rollout(EndsEnv, CountingActor(), 6, 4, sticky=sticky,
+                      entropy=1) as feed:
+        for _, batch in zip(range(5), feed):
+            norm.update_from(batch)
+            obs = batch.state.obs[1:, :, 0].numpy()
+            # rows 1 .. T, but the frozen ones of a sticky fragment
+            keep = ~frozen(batch.state.fin)[1:].numpy() if sticky \
+                else np.ones(obs.shape, bool)
+            seen.append(obs[keep].astype(np.float64))
+    seen = np.concatenate(seen)
+    assert norm.count.item() == len(seen)
+    np.testing.assert_allclose(norm.mean.item(), seen.mean(), rtol=1e-12)
+    np.testing.assert_allclose(norm.var.item(), seen.var(), rtol=1e-10)
+
+
+class NormActor(BaseActorModule):
+    """Acts 0; its info is the normalized observation."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = RunningNorm((1,))
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return torch.zeros(obs.shape[:2], dtype=torch.long), (), \
+            {"z": self.norm(obs)}
+
+
+def test_workers_normalize_with_the_statistics_of_their_version():
+    actor = NormActor()
+    published = {0: {key: v.clone() for key, v in
+                     actor.norm.state_dict().items()}}
+    feed = make("multi", varying_factory, actor, 4, 2, n_actors=2,
+                entropy=3)
+    with feed:
+        for k in range(12):
+            state = {key: v.clone() for key, v in
+                     actor.norm.state_dict().items()}
+            batch = next(feed)
+            # next() published the statistics held when it was called
+            published[feed.version] = state
+            for j, v in enumerate(batch.meta.version.tolist()):
+                stats = RunningNorm((1,))
+                stats.load_state_dict(published[v])
+                want = stats(batch.state.obs[:, j])
+                torch.testing.assert_close(batch.actor["z"][:, j], want)
+            actor.norm.update_from(batch)
+    assert len({v for v in published}) > 3
+    assert actor.norm.count.item() > 0
