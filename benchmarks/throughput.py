@@ -13,6 +13,7 @@ features are missing; the first line says which rlplay it measured.
 import argparse
 import os
 import sys
+from contextlib import closing
 
 import gymnasium
 import torch
@@ -20,7 +21,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import rlplay
 from harness import (Row, fmt, measure, median, paired, print_json, record,
-                     spread)
+                     spread, timed)
 from profiling import print_profile, profile, profile_costs, run_profile
 from rlplay.engine import PolicyActor
 from rlplay.engine.rollout import same
@@ -63,6 +64,27 @@ def generator(module, factory, actor, n_steps, *counts, steps_per_batch,
             return (f"{module.__name__}.rollout does not take "
                     f"{', '.join(missing)} ({exc})")
         return run_generator(feed, steps_per_batch, seconds)
+    return run
+
+
+def normalized(module, factory, actor, n_steps, *counts, steps_per_batch):
+    """A row's ``run``: :func:`generator`'s, the learner also updating a
+    :class:`~rlplay.engine.RunningNorm` of the observations from each
+    batch (its cost on the learner, per batch)."""
+    def run(seconds):
+        try:
+            from rlplay.engine import RunningNorm
+        except ImportError:
+            return "RunningNorm not available (an older rlplay)"
+        if module is None:
+            return "not available (import failed)"
+        feed = module.rollout(factory, actor, n_steps, *counts, entropy=0)
+        probe = factory()
+        norm = RunningNorm(probe.observation_space.shape)
+        probe.close()
+        with closing(feed):
+            return timed(lambda: norm.update_from(next(feed)),
+                         steps_per_batch, seconds)
     return run
 
 
@@ -113,6 +135,12 @@ def rows(env_name, profile_rows=False):
             gen(multi, N_ACTORS, N_ENVS, 2 * N_ACTORS, N_ACTORS,
                 steps_per_batch=batch * N_ACTORS),
             f"{n2}x{N_ENVS}"),
+        # the same, the learner updating a RunningNorm from each batch
+        row(f"multi.rollout.{N_ACTORS}x{N_ENVS}.norm",
+            normalized(multi, factory, actor, n_steps, N_ACTORS, N_ENVS,
+                       2 * N_ACTORS, N_ACTORS,
+                       steps_per_batch=batch * N_ACTORS),
+            f"{n2}x{N_ENVS}"),
         row("AsyncVectorEnv",
             lambda s: run_vector(AsyncVectorEnv, factory, actor, n_steps, s),
             "async"),
@@ -128,7 +156,8 @@ def rows(env_name, profile_rows=False):
                                                  n_steps, s), "profile")
             for kind in ("same", "hand")]
     skip = {"busy": {"SyncVectorEnv", "single.rollout",
-                     "same.rollout.check_always"},
+                     "same.rollout.check_always",
+                     f"multi.rollout.{N_ACTORS}x{N_ENVS}.norm"},
             "cartpole": {"cluster.rollout"}}.get(env_name, set())
     return [r for r in table if r.name.split("/", 1)[1] not in skip]
 

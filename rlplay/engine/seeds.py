@@ -16,13 +16,17 @@ collector)::
     │       └── (i, j, e)   ... the e-th evaluation's resets (evaluator)
     ├── (EVAL_COLLECTOR,)   the evaluator's worker, laid out as a collector
     ├── (PROBE_COLLECTOR,)  the learner's probe env (sizes the buffers)
-    └── (RESTART_BRANCH,)   replacements of failed workers:
-        └── (RESTART_BRANCH, i, g)      worker i, generation g >= 1,
-            └── (RESTART_BRANCH, i, g, j)   laid out as a collector
+    ├── (RESTART_BRANCH,)   replacements of failed workers:
+    │   └── (RESTART_BRANCH, i, g)      worker i, generation g >= 1,
+    │       └── (RESTART_BRANCH, i, g, j)   laid out as a collector
+    └── (RESUME_BRANCH,)    continuations of a stopped run:
+        └── (RESUME_BRANCH, r)  the root of resume number r >= 1, with
+                                the whole tree above beneath it
 
 So a replacement never repeats the streams of the worker it replaces, nor
-those of another worker, the probe or the evaluator, and a run with the
-same failures is reproducible.
+those of another worker, the probe or the evaluator, a continuation never
+repeats a stream of the run before it (nor of another continuation of that
+run), and a run with the same failures (and resumes) is reproducible.
 """
 import random
 
@@ -33,7 +37,9 @@ __all__ = [
     "PROBE_COLLECTOR",
     "EVAL_COLLECTOR",
     "RESTART_BRANCH",
+    "RESUME_BRANCH",
     "seed_sequence",
+    "resume_root",
     "collector_seed_sequence",
     "env_seed_sequences",
     "reset_seed",
@@ -47,6 +53,8 @@ PROBE_COLLECTOR = 2**31 - 1
 EVAL_COLLECTOR = 2**31 - 2
 # the branch of the tree that replacement workers draw from
 RESTART_BRANCH = 2**31 - 3
+# the branch of the tree that continuations of a stopped run draw from
+RESUME_BRANCH = 2**31 - 4
 
 
 def seed_sequence(entropy=None):
@@ -54,6 +62,16 @@ def seed_sequence(entropy=None):
     if isinstance(entropy, np.random.SeedSequence):
         return entropy
     return np.random.SeedSequence(entropy)
+
+
+def resume_root(entropy, resumes):
+    """The root of resume number ``resumes`` of the run of ``entropy``: the
+    run's own root for 0, the child ``(RESUME_BRANCH, resumes)`` of it
+    otherwise (see the module docstring)."""
+    root = seed_sequence(entropy)
+    if resumes == 0:
+        return root
+    return _child(root, RESUME_BRANCH, resumes)
 
 
 def _child(root, *key):

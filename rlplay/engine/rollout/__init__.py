@@ -10,7 +10,8 @@ with its protocol and holds one class, ``Rollout`` (``rollout`` is the
 same class), which documents its own parameters; what they share lives in
 the underscored modules (:mod:`._base`, :mod:`._collector`,
 :mod:`._supervisor`, :mod:`._remote`, :mod:`._gather`, :mod:`._delivery`,
-:mod:`._buffers`, :mod:`._batch`, :mod:`._params`, :mod:`._restarts`).
+:mod:`._buffers`, :mod:`._batch`, :mod:`._params`, :mod:`._restarts`,
+:mod:`._resume`).
 
 Every generator takes ``factory, actor, n_steps``, then its env counts,
 then these keywords (those it has: ``same`` has neither processes nor
@@ -69,6 +70,12 @@ keyword             default    meaning
                                worker; applied in each worker before it
                                makes its envs, refused up front where the
                                platform has no affinity call
+``resume``          ``None``   a ``state_dict()`` of a generator of the
+                               same kind and arguments: continue that run
+                               (:mod:`._resume`: ``meta.seq``, versions and
+                               counters go on, envs are reset with seeds
+                               of the resume's own branch); a state that
+                               would shape the batch otherwise is refused
 ==================  =========  =============================================
 
 Timeouts and ``restart_delay`` are finite numbers of seconds (``None``

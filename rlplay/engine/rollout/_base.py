@@ -35,6 +35,7 @@ from ..seeds import PROBE_COLLECTOR, env_seed_sequences, seed_sequence
 from ..utils.mp import Cloudpickled, check_cpu_affinity, check_timeouts
 from ._collector import SessionSpec
 from ._params import cpu_copy
+from ._resume import buffer_layout
 
 __all__ = ["Closing", "Breakable", "Generator", "Status", "Stats", "STATS_KEYS",
            "probe_layout", "worker_spec", "check_arguments", "Deadline",
@@ -166,7 +167,12 @@ class Stats(dict):
             steps_per_s=0.0, steps_per_s_collect=0.0, returns=None,
             lengths=None, dropped=0, version=0, lag=0, restarts=0,
             workers=list(workers))
-        self._started = None
+        self._started, self._wall = None, 0.0
+
+    def resumed(self, time_wall):
+        """Go on from a stopped run's counters: ``time_wall`` (its
+        seconds) is added to this part's."""
+        self._wall = float(time_wall)
 
     def begin(self):
         """Mark the start of a ``next()``; returns ``perf_counter()``."""
@@ -185,7 +191,7 @@ class Stats(dict):
         self["time_collect"] += collected
         self["time_worker_wait"] += worker_waited
         self["time_collate"] += collated
-        self["time_wall"] = time.perf_counter() - self._started
+        self["time_wall"] = self._wall + time.perf_counter() - self._started
         self["steps_per_s"] = self["steps"] / max(self["time_wall"], 1e-9)
         self["steps_per_s_collect"] = self["steps"] / max(
             self["time_collect"], 1e-9)
@@ -254,8 +260,11 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
 
     Returns
     -------
-    Fragment of zero-filled CPU tensors, shape = (1 + n_steps, n_envs, ...)
+    template : Fragment of zero-filled CPU tensors, shape = (1 + n_steps,
+            n_envs, ...)
         A template of one buffer (not shared).
+    layout : dict
+        What shapes it (:func:`~._resume.buffer_layout`), for resumes.
     """
     probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
                                                    PROBE_COLLECTOR),
@@ -265,8 +274,10 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
         if sticky:
             check_sticky(probe)
         with torch.random.fork_rng(devices=[]):
-            return prepare(probe, actor, n_steps, n_envs,
-                           env_info=env_info, final=final).pyt
+            template = prepare(probe, actor, n_steps, n_envs,
+                               env_info=env_info, final=final).pyt
+        return template, buffer_layout(template, probe.observation_space,
+                                       probe.action_space)
     finally:
         probe.close()
 
@@ -285,14 +296,16 @@ def worker_spec(factory, actor, n_steps, n_envs, entropy, *, sticky,
     spec : SessionSpec
         Its factory and actor cloudpickled.
     template : Fragment of tensors, shape = (1 + n_steps, n_envs, ...)
+    layout : dict
+        What shapes the batch (see :func:`probe_layout`).
     """
     entropy = seed_sequence(entropy)  # one root for every worker
     worker_actor = cpu_copy(actor)
-    template = probe_layout(factory, worker_actor, n_steps, n_envs, entropy,
-                            env_info=env_info, final=final, sticky=sticky,
-                            name=name)
+    template, shape = probe_layout(
+        factory, worker_actor, n_steps, n_envs, entropy, env_info=env_info,
+        final=final, sticky=sticky, name=name)
     spec = SessionSpec(factory=Cloudpickled(factory),
                        actor=Cloudpickled(worker_actor), entropy=entropy,
                        n_envs=n_envs, sticky=sticky, check_spaces=check_spaces,
                        cpu_affinity=cpu_affinity)
-    return spec, template
+    return spec, template, shape

@@ -49,13 +49,18 @@ class ReadyQueue:
         own count, set by the protocol when it stops cleanly).
     """
 
-    def __init__(self, accounts):
+    def __init__(self, accounts, run=None):
         self.accounts = accounts
         for account in accounts:
             for key, value in new_account().items():
                 account.setdefault(key, value)
         self.queue = deque()
         self._last = {}  # the seq of each worker's last arrival
+        # per worker, the seq after its last fragment delivered (a resumed
+        # run's workers start there), and the drops before this part
+        self.next_seq = [0] * len(accounts) if run is None else list(run.seq)
+        self._dropped = 0 if run is None else int(
+            run.counters.get("dropped", 0))
 
     def __len__(self):
         return len(self.queue)
@@ -90,6 +95,7 @@ class ReadyQueue:
     def delivered(self, taken):
         for arrival in taken:
             self.accounts[arrival.worker]["delivered"] += 1
+            self.next_seq[arrival.worker] = arrival.seq + 1
 
     def forget(self, worker):
         """Drop ``worker``'s arrivals (not delivered); returns them."""
@@ -107,7 +113,9 @@ class ReadyQueue:
 
     @property
     def dropped(self):
-        return sum(account["dropped"] for account in self.accounts)
+        """Stale fragments dropped in the run (resumes included)."""
+        return self._dropped + sum(account["dropped"]
+                                   for account in self.accounts)
 
 
 def check_hx_dim(hx, hx_dim, n_per_actor):

@@ -56,7 +56,7 @@ class SharedBuffers:
     """
 
     def __init__(self, template, n_buffers, n_workers, spec, params, *,
-                 what, start_method):
+                 what, start_method, run=None):
         self._spec, self.stride = layout(template)
         check_capacity(self.stride * n_buffers, what=what)
         # a worker is handed the pool, the parameters, its pipe and the
@@ -71,16 +71,21 @@ class SharedBuffers:
         self.held = [deque(range(w, n_buffers, n_workers))
                      for w in range(n_workers)]
         self.accounts = [new_account() for _ in range(n_workers)]
-        self.ready = ReadyQueue(self.accounts)
-        self.time_collect = self.time_worker_wait = 0.0
+        self.ready = ReadyQueue(self.accounts, run)
+        self.seq = [0] * n_workers if run is None else list(run.seq)
+        counters = {} if run is None else run.counters
+        self.time_collect = counters.get("time_collect", 0.0)
+        self.time_worker_wait = counters.get("time_worker_wait", 0.0)
         self._sources = None
 
     def config(self, w, generation):
         """Worker ``w``'s start bundle: it fills the buffers it holds, and
-        numbers its fragments on from those received."""
+        numbers its fragments on from those received (from where the run
+        it continues left off, when resumed)."""
         return WorkerConfig(
             spec=self.spec, index=w, collector=w, generation=generation,
-            seq=self.accounts[w]["received"], params=self.params,
+            seq=self.seq[w] + self.accounts[w]["received"],
+            params=self.params,
             buffers=Buffers(self.segment, self._spec, self.stride),
             free=list(self.held[w]), evaluation=None, threads=WORKER_THREADS)
 

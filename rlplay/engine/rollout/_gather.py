@@ -34,6 +34,7 @@ from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
                     worker_spec)
 from ._batch import Collation, check_hx_dim
 from ._delivery import Delivery
+from ._resume import continuation, restore_counters
 from ._supervisor import Supervised
 
 __all__ = ["Gathered", "check_pool"]
@@ -83,7 +84,8 @@ class Gathered(Supervised, Generator):
                  pinned=False, copy=False, check_spaces="first",
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY, cpu_affinity=None):
+                 restart_delay=RESTART_DELAY, cpu_affinity=None,
+                 resume=None):
         check_arguments(
             actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
                            ("n_per_actor", n_per_actor, 1),
@@ -96,6 +98,12 @@ class Gathered(Supervised, Generator):
             restart_delay=restart_delay, cpu_affinity=cpu_affinity,
             n_workers=n_actors)
         check_pool(n_buffers, n_per_batch, n_actors)
+        self._settings = dict(
+            n_steps=int(n_steps), n_actors=int(n_actors),
+            n_per_actor=int(n_per_actor), n_per_batch=int(n_per_batch),
+            sticky=bool(sticky))
+        self._run = run = continuation(resume, entropy, self._kind,
+                                       self._settings, int(n_actors))
         self.delivery = Delivery(device, pinned, copy)
         self.device = self.delivery.device
         self.actor, self.max_lag = actor, max_lag
@@ -103,24 +111,38 @@ class Gathered(Supervised, Generator):
         self.timeout, self.start_timeout = timeout, start_timeout
         # the workers' actor is a CPU copy; the buffers are sized with it
         # here from a probe env that the factory makes and we close at once
-        spec, template = worker_spec(
-            factory, actor, n_steps, n_per_actor, entropy, sticky=sticky,
+        spec, template, self._layout = worker_spec(
+            factory, actor, n_steps, n_per_actor, run.entropy, sticky=sticky,
             env_info=env_info, final=final, check_spaces=check_spaces,
             cpu_affinity=cpu_affinity, name="n_per_actor")
+        run.check_layout(self._layout)
         hx_dim = getattr(actor, "hx_dim", 1)
         check_hx_dim(template.hx, hx_dim, n_per_actor)
         self._collation = Collation(template, hx_dim, n_per_batch,
                                     self.delivery.host_pinned)
         self._start(spec, template, n_actors, n_buffers, restarts=restarts,
                     restart_delay=restart_delay,
-                    shutdown_timeout=shutdown_timeout)
+                    shutdown_timeout=shutdown_timeout, run=run)
+        restore_counters(self.stats, run.counters)
 
     def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout):
+               restart_delay, shutdown_timeout, run):
         """Start ``n_actors`` workers sharing ``spec``, with ``n_buffers``
-        fragments of the layout ``template`` in flight; on a failure,
-        close what was made and raise."""
+        fragments of the layout ``template`` in flight, from where ``run``
+        (a :class:`~._resume.Continuation`) says; on a failure, close what
+        was made and raise."""
         raise NotImplementedError
+
+    def state_dict(self):
+        """What rlplay owns of this run, for ``resume=`` (see
+        :mod:`._resume`): the seeding tree's place, each worker's next
+        ``meta.seq`` (after its last fragment yielded) and generation, the
+        counters and the parameter version. Valid in any state (after
+        ``close()`` too)."""
+        return self._run.state(
+            self._kind, self._settings, self._layout, self.stats,
+            self.stats["version"], self._supervisor.positions(
+                self._source.ready))
 
     @property
     def version(self):

@@ -81,12 +81,13 @@ class SharedParams:
     Attributes
     ----------
     version : int
-        The number of :meth:`publish` calls so far (0 at creation).
+        The number of :meth:`publish` calls so far, plus ``version`` (0
+        by default; a resumed run's starts where it left off).
     tensors : list of tensors
         Views of the shared copy, in :func:`named_tensors` order.
     """
 
-    def __init__(self, actor, ctx):
+    def __init__(self, actor, ctx, version=0):
         named = named_tensors(actor)
         self.names = [name for name, _ in named]
         self.expected = [(tuple(t.shape), t.dtype) for _, t in named]
@@ -101,7 +102,7 @@ class SharedParams:
                 dst.copy_(src)
         # a plain lock (not the default RLock), which another process may
         # release: see recover()
-        self._version = ctx.Value("q", 0, lock=ctx.Lock())
+        self._version = ctx.Value("q", version, lock=ctx.Lock())
         self._training = ctx.Value("b", int(actor.training), lock=False)
         self._holder = ctx.Value("q", 0, lock=False)  # pid holding the lock
 
@@ -217,14 +218,15 @@ class RayParams:
     Attributes
     ----------
     version : int
-        The number of :meth:`publish` calls so far (0 at creation).
+        The number of :meth:`publish` calls so far, plus ``version`` (0
+        by default; a resumed run's starts where it left off).
     """
 
-    def __init__(self, actor):
+    def __init__(self, actor, version=0):
         named = named_tensors(actor)
         self.names = [name for name, _ in named]
         self.expected = [(tuple(t.shape), t.dtype) for _, t in named]
-        self.version = 0
+        self.version = version
         self._put([t for _, t in named], actor.training)
 
     def __getstate__(self):

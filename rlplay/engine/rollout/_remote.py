@@ -255,12 +255,13 @@ class RemoteSupervisor(RestartPolicy):
     """
 
     def __init__(self, n_workers, protocol, *, options, release, restarts,
-                 restart_delay, shutdown_timeout, owner=None):
+                 restart_delay, shutdown_timeout, owner=None, run=None):
         self.protocol, self.options = protocol, options
         self.shutdown_timeout = shutdown_timeout
         self.members = [_Member(w, protocol.accounts[w])
                         for w in range(n_workers)]
-        RestartPolicy.__init__(self, self.members, restarts, restart_delay)
+        RestartPolicy.__init__(self, self.members, restarts, restart_delay,
+                               run)
         self.accounts = [m.account for m in self.members]
         self.pending = {}  # ref -> (member, method), in the order of calls
         self.closed = False

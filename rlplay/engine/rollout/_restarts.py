@@ -22,12 +22,13 @@ class Member:
     """What a supervisor knows of worker ``index``, restart-wise;
     ``account`` receives ``restarts``, ``lost`` and ``last_cause``."""
 
-    def __init__(self, index, account):
-        self.index, self.account, self.generation = index, account, 0
+    def __init__(self, index, account, generation=0, restarts=0):
+        self.index, self.account = index, account
+        self.generation = generation  # > 0 from the start in a resumed run
         self.due = None             # when its replacement starts
         self.delivered = False      # this generation delivered something
         self.failed_early = False   # the previous one failed before that
-        account.update(restarts=0, lost=0, last_cause=None)
+        account.update(restarts=restarts, lost=0, last_cause=None)
 
 
 class RestartPolicy:
@@ -35,10 +36,23 @@ class RestartPolicy:
     ``restart_delay``, ``restarts`` (used so far); :meth:`_fail` raises or
     counts a replacement."""
 
-    def __init__(self, members, restarts, restart_delay):
+    def __init__(self, members, restarts, restart_delay, run=None):
         self._members = members
         self.budget, self.restart_delay = restarts, restart_delay
         self.restarts = 0
+        if run is not None:  # a resumed run goes on with its counts
+            self.restarts = int(run.counters.get("restarts", 0))
+            for member in members:
+                member.generation = run.generation[member.index]
+                member.account["restarts"] = run.restarts[member.index]
+
+    def positions(self, ready):
+        """Per member, ``(seq, generation, restarts)`` for a state (see
+        :mod:`._resume`): the ``meta.seq`` after its last fragment
+        delivered (from the :class:`~._batch.ReadyQueue` ``ready``), its
+        generation, its replacements."""
+        return [(ready.next_seq[m.index], m.generation,
+                 m.account["restarts"]) for m in self._members]
 
     @property
     def starting(self):

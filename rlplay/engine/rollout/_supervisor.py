@@ -103,14 +103,15 @@ class Supervisor(RestartPolicy):
 
     def __init__(self, ctx, n_workers, protocol, *, name, params=None,
                  restarts=0, restart_delay=RESTART_DELAY,
-                 shutdown_timeout=SHUTDOWN_TIMEOUT):
+                 shutdown_timeout=SHUTDOWN_TIMEOUT, run=None):
         preload_forkserver(ctx)
         self.ctx, self.protocol = ctx, protocol
         self.name, self.params = name, params
         self.shutdown_timeout = shutdown_timeout
         self.workers = [_Worker(w, protocol.accounts[w])
                         for w in range(n_workers)]
-        RestartPolicy.__init__(self, self.workers, restarts, restart_delay)
+        RestartPolicy.__init__(self, self.workers, restarts, restart_delay,
+                               run)
         self.accounts = [wk.account for wk in self.workers]
         self.closed = False
         self._owner = os.getpid()
@@ -328,15 +329,16 @@ class Supervised:
     _supervisor = None
 
     def _supervise(self, ctx, n_workers, protocol, *, name, restarts,
-                   restart_delay, shutdown_timeout):
+                   restart_delay, shutdown_timeout, run=None):
         """Start ``n_workers`` workers serving ``protocol`` (see
-        :class:`Supervisor`). On a failure, closes the generator
-        (``_close(graceful=False)``) and raises."""
+        :class:`Supervisor`; ``run``: a resumed run's
+        :class:`~._resume.Continuation`). On a failure, closes the
+        generator (``_close(graceful=False)``) and raises."""
         try:
             self._supervisor = Supervisor(
                 ctx, n_workers, protocol, name=name, params=self.params,
                 restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout)
+                shutdown_timeout=shutdown_timeout, run=run)
             self._supervisor.start_all()
         except BaseException:
             self._close(graceful=False)

@@ -118,23 +118,27 @@ class RayRequests:
     It holds no reference to the generator, so that dropping the generator
     closes it at once."""
 
-    def __init__(self, spec, buffers, n_workers, n_buffers):
+    def __init__(self, spec, buffers, n_workers, n_buffers, run=None):
         self.spec, self.buffers = spec, buffers
         self.held = [len(range(w, n_buffers, n_workers))
                      for w in range(n_workers)]
         self.accounts = [new_account() for _ in range(n_workers)]
-        self.ready = ReadyQueue(self.accounts)
+        self.ready = ReadyQueue(self.accounts, run)
+        self.seq = [0] * n_workers if run is None else list(run.seq)
         self.fragments, self.keys = {}, itertools.count()
-        self.time_collect = self.time_worker_wait = 0.0
+        counters = {} if run is None else run.counters
+        self.time_collect = counters.get("time_collect", 0.0)
+        self.time_worker_wait = counters.get("time_worker_wait", 0.0)
         self.supervisor = self.params = None
 
     # the protocol (see _remote.RemoteSupervisor)
     def config(self, w, generation):
         """Worker ``w``'s start bundle: it numbers its fragments on from
-        those received."""
+        those received (from where the run it continues left off, when
+        resumed)."""
         return WorkerConfig(
             spec=self.spec, index=w, collector=w, generation=generation,
-            seq=self.accounts[w]["received"], params=None,
+            seq=self.seq[w] + self.accounts[w]["received"], params=None,
             buffers=self.buffers, free=[], evaluation=None,
             threads=WORKER_THREADS)
 
@@ -249,6 +253,8 @@ class Rollout(Gathered):
     (17, 4, 4)
     """
 
+    _kind = "cluster"
+
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, address=None, actor_options=None,
                  **kwargs):
@@ -261,18 +267,19 @@ class Rollout(Gathered):
                          n_buffers, n_per_batch, **kwargs)
 
     def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout):
+               restart_delay, shutdown_timeout, run):
         release = join(self._address)
         try:
             self._source = requests = RayRequests(
                 ray.put(spec), Buffers(None, *layout(template)), n_actors,
-                n_buffers)
+                n_buffers, run)
             self.stats = Stats(requests.accounts)
-            requests.params = self.params = RayParams(self.actor)
+            requests.params = self.params = RayParams(self.actor,
+                                                      run.version)
             requests.supervisor = self._supervisor = RemoteSupervisor(
                 n_actors, requests, options=self._options, release=release,
                 restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout, owner=self)
+                shutdown_timeout=shutdown_timeout, owner=self, run=run)
             self._supervisor.start_all()
         except BaseException:
             if self._supervisor is None:

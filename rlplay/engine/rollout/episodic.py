@@ -287,6 +287,31 @@ class Episodic:
             self._read(next(self._it))
         return self._emit()
 
+    def state_dict(self):
+        """The counters, the lanes followed and the generator's own
+        ``state_dict()`` (``"feed"``; ``None`` for a feed without one), for
+        a continuation: resume the generator from ``state["feed"]`` and
+        call :meth:`load_state_dict` on the new :class:`Episodic` (or pass
+        ``resume=state`` to :func:`rollout`). Episodes open at the time
+        are not part of it: the continuation's envs start from resets."""
+        feed_state = getattr(self.feed, "state_dict", None)
+        return {"format": "rlplay.episodes/1",
+                "feed": None if feed_state is None else feed_state(),
+                "stats": dict(self._stats), "lanes": self._lanes.state_dict()}
+
+    def load_state_dict(self, state):
+        """Go on counting from :meth:`state_dict` (before the first
+        ``next()``); the lanes know each worker's last fragment, so the
+        continuation's first ones count as a new generation."""
+        if not isinstance(state, dict) or \
+                state.get("format") != "rlplay.episodes/1":
+            raise TypeError("state must be an Episodic's state_dict()")
+        if self._it is not None:
+            raise RuntimeError("load_state_dict() goes before the first "
+                               "next()")
+        self._stats.update(state["stats"])
+        self._lanes.load_state_dict(state["lanes"])
+
     def close(self):
         """Close the generator of fragments (when it has ``close``)."""
         close = getattr(self.feed, "close", None)
@@ -517,12 +542,23 @@ def rollout(factory, actor, n_envs, n_episodes, *, n_steps=32,
             max_length=MAX_LENGTH, **kwargs):
     """Whole episodes collected in this process: :func:`episodes` over
     ``same.rollout(factory, actor, n_steps, n_envs, **kwargs)``, with the
-    actor's ``hx`` at each episode's start. ``close()`` closes both."""
+    actor's ``hx`` at each episode's start. ``close()`` closes both.
+    ``resume=`` takes an :meth:`Episodic.state_dict` of such a rollout."""
     from . import same
     check_count("n_episodes", n_episodes)
     check_count("max_length", max_length)
-    feed = same.rollout(factory, actor, n_steps, n_envs, **kwargs)
-    return Episodic(feed, n_episodes, max_length=max_length, actor=actor)
+    resume = kwargs.pop("resume", None)
+    if resume is not None and (not isinstance(resume, dict) or
+                               resume.get("format") != "rlplay.episodes/1"):
+        raise TypeError(f"resume must be the state_dict() of an episodic "
+                        f"rollout, got {type(resume).__name__}")
+    feed = same.rollout(factory, actor, n_steps, n_envs, **kwargs,
+                        resume=None if resume is None else resume["feed"])
+    episodic = Episodic(feed, n_episodes, max_length=max_length,
+                        actor=actor)
+    if resume is not None:
+        episodic.load_state_dict(resume)
+    return episodic
 
 
 def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,

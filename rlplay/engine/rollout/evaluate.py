@@ -54,13 +54,14 @@ generation), with the same parameters.
 from collections import namedtuple
 
 from ..errors import RolloutTimeout
-from ..seeds import EVAL_COLLECTOR, seed_sequence
+from ..seeds import EVAL_COLLECTOR
 from ..utils.mp import Cloudpickled, check_timeouts, get_context
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
                     START_TIMEOUT, Breakable, Deadline, Status,
                     check_arguments)
 from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
 from ._params import SharedParams, cpu_copy
+from ._resume import continuation, restore_counters
 from ._supervisor import Supervised
 
 __all__ = ["Evaluator", "Evaluation"]
@@ -80,9 +81,9 @@ class _EvaluationRequests:
     request and the result that arrived (no reference to the evaluator, so
     that the supervisor's exit handler may hold it)."""
 
-    def __init__(self, spec, params, evaluation):
+    def __init__(self, spec, params, evaluation, count=0):
         self.spec, self.params, self.evaluation = spec, params, evaluation
-        self.count, self.version, self.result = 0, None, None
+        self.count, self.version, self.result = count, None, None
         self.accounts = [{}]  # the worker's, filled by the supervisor
 
     def config(self, w, generation):
@@ -169,7 +170,8 @@ class Evaluator(Supervised, Breakable):
                  entropy=None, max_steps=None, start_method=None,
                  timeout=EVALUATION_TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY, cpu_affinity=None):
+                 restart_delay=RESTART_DELAY, cpu_affinity=None,
+                 resume=None):
         check_arguments(
             actor, counts=[("n_envs", n_envs, 1),
                            ("n_episodes", n_episodes, 1)]
@@ -182,20 +184,41 @@ class Evaluator(Supervised, Breakable):
             raise TypeError(f"factory must be callable and return a "
                             f"Gymnasium env, got {type(factory).__name__}")
         mp_ctx = get_context(start_method)
-        entropy = seed_sequence(entropy)
+        self._settings = dict(
+            n_envs=int(n_envs), n_episodes=int(n_episodes),
+            max_steps=None if max_steps is None else int(max_steps))
+        self._run = run = continuation(resume, entropy, "evaluator",
+                                       self._settings, 1)
         self.timeout, self.start_timeout = timeout, start_timeout
-        self.params = SharedParams(actor, mp_ctx)
+        self.params = SharedParams(actor, mp_ctx, version=run.version)
+        self._version = run.version  # the last submitted
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
-            entropy=entropy, n_envs=int(n_envs), sticky=False,
+            entropy=run.entropy, n_envs=int(n_envs), sticky=False,
             check_spaces="first", cpu_affinity=cpu_affinity)
-        self._requests = _EvaluationRequests(spec, self.params,
-                                             (int(n_episodes), max_steps))
+        self._requests = _EvaluationRequests(
+            spec, self.params, (int(n_episodes), max_steps),
+            count=int(run.extra.get("requests", 0)))
         self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,
                       "restarts": 0, "workers": self._requests.accounts}
+        restore_counters(self.stats, run.counters)
         self._supervise(mp_ctx, 1, self._requests, name="rlplay-evaluate",
                         restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout)
+                        shutdown_timeout=shutdown_timeout, run=run)
+
+    def state_dict(self):
+        """What rlplay owns of this evaluator, for ``resume=`` (see
+        :mod:`._resume`): the seeding tree's place, the generation, the
+        counts and the parameter version (a continuation's versions go on
+        from it; an outstanding request is not part of it: submit it
+        again). Valid in any state (after ``close()`` too)."""
+        supervisor = self._supervisor
+        member = supervisor.workers[0]
+        return self._run.state(
+            "evaluator", self._settings, None, self.stats,
+            self._version, [(0, member.generation,
+                             member.account["restarts"])],
+            extra={"requests": self._requests.count})
 
     @property
     def pending(self):
@@ -242,6 +265,7 @@ class Evaluator(Supervised, Breakable):
             timeout=Deadline(self.timeout).lock_timeout())
         requests.count += 1
         requests.version, requests.result = version, None
+        self._version = version
         if supervisor.workers[0].process is not None:
             supervisor.send(0, Evaluate(requests.count))
         # else: a replacement on its way plays it at start

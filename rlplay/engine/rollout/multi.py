@@ -203,6 +203,8 @@ class Rollout(Gathered):
     (17, 4, 4)
     """
 
+    _kind = "multi"
+
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, start_method=None, **kwargs):
         self._context = get_context(start_method)
@@ -210,21 +212,21 @@ class Rollout(Gathered):
                          n_buffers, n_per_batch, **kwargs)
 
     def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout):
+               restart_delay, shutdown_timeout, run):
         ctx = self._context
-        self.params = SharedParams(self.actor, ctx)
+        self.params = SharedParams(self.actor, ctx, version=run.version)
         try:
             self._source = SharedBuffers(
                 template, n_buffers, n_actors, spec, self.params,
                 what=f"a pool of {n_buffers} buffers for {n_actors} workers",
-                start_method=ctx.get_start_method())
+                start_method=ctx.get_start_method(), run=run)
             self.stats = Stats(self._source.accounts)
         except BaseException:
             self._close(graceful=False)
             raise
         self._supervise(ctx, n_actors, self._source, name="rlplay-multi",
                         restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout)
+                        shutdown_timeout=shutdown_timeout, run=run)
 
 
 rollout = Rollout

@@ -30,10 +30,11 @@ import time
 import torch
 
 from ..core import check_sticky, prepare
-from ..seeds import collector_seed_sequence, seed_sequence, torch_seed
+from ..seeds import collector_seed_sequence, torch_seed
 from ._base import Generator, Stats, check_arguments
 from ._collector import Session, SessionSpec
 from ._delivery import Delivery
+from ._resume import buffer_layout, continuation, restore_counters
 
 __all__ = ["rollout", "Rollout"]
 
@@ -92,16 +93,23 @@ class Rollout(Generator):
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=False, check_spaces="first"):
+                 pinned=False, copy=False, check_spaces="first",
+                 resume=None):
         # before any env is made
         check_arguments(actor, counts=[("n_steps", n_steps, 1),
                                        ("n_envs", n_envs, 1)],
                         sticky=sticky, check_spaces=check_spaces)
+        self._settings = dict(n_steps=int(n_steps), n_envs=int(n_envs),
+                              sticky=bool(sticky))
+        self._run = run = continuation(resume, entropy, "same",
+                                       self._settings, 1)
         self.delivery = Delivery(device, pinned, copy)
-        entropy = seed_sequence(entropy)  # one root for envs and actor
+        entropy = run.entropy  # one root for envs and actor
         self.session = Session(SessionSpec(
             factory=factory, actor=actor, entropy=entropy, n_envs=int(n_envs),
-            sticky=sticky, check_spaces=check_spaces), index=0, collector=0)
+            sticky=sticky, check_spaces=check_spaces), index=0, collector=0,
+            generation=run.generation[0], seq=run.seq[0])
+        self._seq = run.seq[0]
         self.session.start(in_process=True)
         self.envs, self.actor = self.session.envs, actor
         try:
@@ -112,12 +120,16 @@ class Rollout(Generator):
                 self.buffer = prepare(self.envs, actor, n_steps, n_envs,
                                       env_info=env_info, final=final,
                                       pinned=self.delivery.host_pinned)
+            self._layout = buffer_layout(self.buffer.pyt,
+                                         self.envs.observation_space,
+                                         self.envs.action_space)
+            run.check_layout(self._layout)
             # the actor samples from a torch stream of its own, seeded from
             # the run's entropy exactly as a worker process seeds its
             # global one, so that same and single collect the same data
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(torch_seed(
-                    collector_seed_sequence(entropy, 0)))
+                torch.manual_seed(torch_seed(collector_seed_sequence(
+                    entropy, 0, run.generation[0])))
                 self.session.begin(self.buffer)
                 self._rng = torch.get_rng_state()
         except BaseException:
@@ -128,6 +140,7 @@ class Rollout(Generator):
             raise
         self.device = self.delivery.device
         self.stats = Stats()
+        restore_counters(self.stats, run.counters)
 
     def _next(self):
         stats = self.stats
@@ -137,11 +150,23 @@ class Rollout(Generator):
             torch.set_rng_state(self._rng)
             self.session.fill(self.buffer, version=stats["batches"])
             self._rng = torch.get_rng_state()
+        self._seq = self.session.ctx.seq
         elapsed = time.perf_counter() - tic
         # in this process the learner waits for every fragment it gets
         stats.batch(self.buffer.npy, waited=elapsed, collected=elapsed,
                     version=stats["batches"])
         return self.delivery(self.buffer.pyt)
+
+    def state_dict(self):
+        """What rlplay owns of this run, for ``resume=`` (see
+        :mod:`._resume`): the seeding tree's place, the next ``meta.seq``,
+        the generation, the counters; the version to go on from is the
+        number of batches yielded. Valid in any state (after ``close()``
+        too)."""
+        return self._run.state(
+            "same", self._settings, self._layout, self.stats,
+            self.stats["batches"],
+            [(self._seq, self.session.generation, 0)])
 
     def _close(self, graceful):
         """Close the envs."""

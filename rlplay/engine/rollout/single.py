@@ -91,6 +91,7 @@ from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
 from ._buffers import SharedBuffers
 from ._delivery import Delivery
 from ._params import SharedParams
+from ._resume import continuation, restore_counters
 from ._supervisor import Supervised
 
 __all__ = ["rollout", "Rollout"]
@@ -180,40 +181,49 @@ class Rollout(Supervised, Generator):
                  start_method=None, timeout=TIMEOUT,
                  start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
-                 restart_delay=RESTART_DELAY, cpu_affinity=None):
+                 restart_delay=RESTART_DELAY, cpu_affinity=None,
+                 resume=None):
         check_arguments(
             actor, counts=[("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
             sticky=sticky, check_spaces=check_spaces, restarts=restarts,
             restart_delay=restart_delay, cpu_affinity=cpu_affinity)
+        n_steps, n_envs = int(n_steps), int(n_envs)
+        self._settings = dict(n_steps=n_steps, n_envs=n_envs,
+                              sticky=bool(sticky))
+        self._run = run = continuation(resume, entropy, "single",
+                                       self._settings, 1)
         self.delivery = Delivery(device, pinned, copy)
         self.device = self.delivery.device
-        n_steps, n_envs = int(n_steps), int(n_envs)
         mp_ctx = get_context(start_method)
         self.actor = actor
         self.timeout, self.start_timeout = timeout, start_timeout
         # the worker's actor is a CPU copy; the buffers are sized with it in
         # this process, from a probe env the factory makes and we close
-        spec, template = worker_spec(
-            factory, actor, n_steps, n_envs, entropy, sticky=sticky,
+        spec, template, self._layout = worker_spec(
+            factory, actor, n_steps, n_envs, run.entropy, sticky=sticky,
             env_info=env_info, final=final, check_spaces=check_spaces,
             cpu_affinity=cpu_affinity)
-        self.params = SharedParams(actor, mp_ctx)
+        run.check_layout(self._layout)
+        self.params = SharedParams(actor, mp_ctx, version=run.version)
         self._held = None  # the arrival whose buffer the learner holds
+        # the first batch of this part of the run (> 0 for a resume)
+        self._first = run.counters.get("batches", 0)
         try:
             self._source = SharedBuffers(
                 template, 2, 1, spec, self.params,
                 what=f"two buffers of {n_steps} steps of {n_envs} envs",
-                start_method=mp_ctx.get_start_method())
+                start_method=mp_ctx.get_start_method(), run=run)
             self.buffers = tuple(self._source.buffers)
             self.stats = Stats(self._source.accounts)
+            restore_counters(self.stats, run.counters)
         except BaseException:
             self._close(graceful=False)
             raise
         self._supervise(mp_ctx, 1, self._source, name="rlplay-single",
                         restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout)
+                        shutdown_timeout=shutdown_timeout, run=run)
 
     def _next(self):
         # one step of the protocol in the module docstring
@@ -229,10 +239,11 @@ class Rollout(Supervised, Generator):
                 f"no {what} within {deadline.bound} s although the "
                 f"worker is alive; raise timeout= for slow envs")
         arrival, = shared.ready.take(1, 0, None, None)
-        assert arrival.index == k % 2 and arrival.version == max(k - 1, 0), \
-            arrival
+        first = self._first
+        assert arrival.index == (k - first) % 2 and \
+            arrival.version == max(k - 1, first), arrival
         shared.ready.delivered([arrival])
-        if k > 0:
+        if k > first:
             # publish only now (see the docstring), then hand back #k-1
             self.params.publish(
                 self.actor, check=lambda: supervisor.check(what),
@@ -245,9 +256,21 @@ class Rollout(Supervised, Generator):
                     collected=shared.time_collect - stats["time_collect"],
                     worker_waited=shared.time_worker_wait
                     - stats["time_worker_wait"], version=arrival.version,
-                    lag=int(k > 0))
+                    lag=int(k > first))
         stats["restarts"] = supervisor.restarts
         return batch
+
+    def state_dict(self):
+        """What rlplay owns of this run, for ``resume=`` (see
+        :mod:`._resume`): the seeding tree's place, the worker's next
+        ``meta.seq`` (after the last fragment yielded) and generation, the
+        counters; a continuation's parameters start at the version of the
+        number of batches yielded. Valid in any state (after ``close()``
+        too)."""
+        return self._run.state(
+            "single", self._settings, self._layout, self.stats,
+            self.stats["batches"], self._supervisor.positions(
+                self._source.ready))
 
     def _close(self, graceful):
         self.buffers = None  # the learner's views: the pool goes with them

@@ -1,0 +1,239 @@
+"""Checkpoint and resume: what rlplay owns of a run, saved and continued.
+
+Every generator's ``state_dict()`` is a small dict of plain values (ints,
+strings, lists; ``torch.save``-able and loadable with
+``torch.load(weights_only=True)``)::
+
+    format      "rlplay.run/1"
+    kind        "same", "single", "multi", "cluster" or "evaluator"
+    settings    {name: value}: the arguments that shape the batch
+                (n_steps, the env counts, sticky...)
+    layout      {"spaces": [observation, action] (their reprs),
+                 "buffer": [[path, shape, dtype], ...]}: one fragment
+                buffer, which the actor's outputs (act, info, hx) shape too
+    seeds       {"entropy", "spawn_key", "pool_size"}: the run's root
+                ``SeedSequence``; "resumes": how many times it was resumed
+    counters    the generator's stats counters (steps, batches, version,
+                dropped, restarts, the times)
+    version     the parameter version a continuation starts at
+    workers     per worker {"seq": the meta.seq of its next fragment,
+                "generation": its generation, "restarts": its count}
+    extra       what one generator keeps besides (the evaluator's count)
+
+A continuation (``resume=state``, the other arguments as they were) is
+resume number ``r + 1`` of the run: its envs, workers and torch streams
+draw from the branch ``(RESUME_BRANCH, r + 1)`` of the run's seeding tree
+(:func:`rlplay.engine.seeds.resume_root`), laid out as a whole run's tree,
+so no env stream repeats a seed of the run before it, and two resumes
+from one state draw the same seeds (and agree). Each worker goes on with
+the ``meta.seq`` after the last fragment that was delivered (those it
+collected and the learner never got are collected anew, by new envs) and
+with the next ``meta.generation``, which tells every consumer of fragments
+(:mod:`rlplay.engine.lanes`) that its row 0 does not continue the row T
+before it: the envs start from fresh resets. The parameter version starts
+at the number of batches delivered so far (the parameters that the
+learner holds then), and the counters go on. ``restarts`` is a budget for
+the whole run, resumes included (raise it on resume to allow more).
+
+A state whose ``settings`` or ``layout`` differ from those of the new
+generator is refused with a ``ValueError`` that names what differs, before
+any worker starts (the layout once the probe env and the actor's virtual
+call have told it).
+"""
+import numpy as np
+
+from ..core import Fragment
+from ..seeds import resume_root, seed_sequence
+
+__all__ = ["FORMAT", "Continuation", "continuation", "buffer_layout",
+           "counters", "restore_counters"]
+
+FORMAT = "rlplay.run/1"
+
+# the stats counters that a continuation goes on from
+_COUNTERS = ("steps", "batches", "time_collect", "time_wall",
+             "time_learner_wait", "time_worker_wait", "time_collate",
+             "dropped", "restarts", "version", "evaluations",
+             "time_evaluate")
+
+
+class Continuation:
+    """Where a run (a fresh one, or resume number ``resumes``) starts.
+
+    Attributes
+    ----------
+    root : SeedSequence
+        The run's own root (of its first part).
+    resumes : int
+    entropy : SeedSequence
+        The root this part of the run draws every seed from.
+    seq, generation, restarts : list of int
+        Per worker: the ``meta.seq`` of its first fragment, its
+        generation, its replacements so far.
+    version : int
+        The parameter version to start at.
+    counters : dict
+        The stats counters to go on from (empty for a fresh run).
+    extra : dict
+    saved : dict or None
+        The state resumed from.
+    """
+
+    def __init__(self, root, n_workers, saved=None):
+        self.root, self.saved = root, saved
+        self.resumes = 0 if saved is None else saved["seeds"]["resumes"] + 1
+        self.entropy = resume_root(root, self.resumes)
+        if saved is None:
+            self.seq, self.generation = [0] * n_workers, [0] * n_workers
+            self.restarts = [0] * n_workers
+            self.version, self.counters, self.extra = 0, {}, {}
+        else:
+            workers = saved["workers"]
+            self.seq = [int(w["seq"]) for w in workers]
+            self.generation = [int(w["generation"]) + 1 for w in workers]
+            self.restarts = [int(w["restarts"]) for w in workers]
+            self.version = int(saved["version"])
+            self.counters = dict(saved["counters"])
+            self.extra = dict(saved.get("extra", {}))
+
+    def seeds(self):
+        """The ``seeds`` entry of a state."""
+        root = self.root
+        entropy = root.entropy
+        if not isinstance(entropy, (int, np.integer)) and entropy is not None:
+            entropy = [int(e) for e in entropy]
+        elif entropy is not None:
+            entropy = int(entropy)
+        return {"entropy": entropy,
+                "spawn_key": [int(k) for k in root.spawn_key],
+                "pool_size": int(root.pool_size), "resumes": self.resumes}
+
+    def check_layout(self, layout):
+        """Refuse a saved state laid out otherwise than ``layout`` (a
+        :func:`buffer_layout`): a ``ValueError`` naming the first
+        difference."""
+        if self.saved is None:
+            return
+        saved = self.saved["layout"]
+        names = ("observation space", "action space")
+        for name, old, new in zip(names, saved["spaces"], layout["spaces"]):
+            if old != new:
+                raise ValueError(
+                    f"resume: the envs' {name} is {new}, but the saved run's "
+                    f"was {old}: a continuation must shape its batches as "
+                    f"the run it continues")
+        old = {path: (shape, dtype) for path, shape, dtype in saved["buffer"]}
+        new = {path: (shape, dtype) for path, shape, dtype in layout["buffer"]}
+        for path in sorted(old.keys() | new.keys()):
+            if old.get(path) != new.get(path):
+                def shown(entry):
+                    return "absent" if entry is None else \
+                        f"{tuple(entry[0])} {entry[1]}"
+                raise ValueError(
+                    f"resume: the batch's {path} is {shown(new.get(path))}, "
+                    f"but the saved run's was {shown(old.get(path))} (the "
+                    f"envs' spaces and the actor's outputs shape it): a "
+                    f"continuation must shape its batches as the run it "
+                    f"continues")
+
+    def state(self, kind, settings, layout, stats, version, workers,
+              extra=None):
+        """A ``state_dict()`` (see the module docstring): ``workers`` is a
+        list of ``(seq, generation, restarts)``."""
+        return {"format": FORMAT, "kind": kind, "settings": dict(settings),
+                "layout": layout, "seeds": self.seeds(),
+                "counters": counters(stats), "version": int(version),
+                "workers": [{"seq": int(seq), "generation": int(generation),
+                             "restarts": int(restarts)}
+                            for seq, generation, restarts in workers],
+                "extra": dict(extra or {})}
+
+
+def continuation(resume, entropy, kind, settings, n_workers):
+    """The :class:`Continuation` of a generator made with ``resume`` (a
+    state, or ``None`` for a fresh run) and ``entropy``.
+
+    Checks ``resume`` up front, before anything starts: a state of
+    another kind, of another format, with other ``settings`` or another
+    ``entropy`` (where one is given) is refused.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming what differs.
+    """
+    if resume is None:
+        return Continuation(seed_sequence(entropy), n_workers)
+    if not isinstance(resume, dict) or resume.get("format") != FORMAT:
+        raise TypeError(
+            f"resume must be a generator's state_dict() (a dict of format "
+            f"{FORMAT!r}), got "
+            + (f"a dict of format {resume.get('format')!r}"
+               if isinstance(resume, dict) else type(resume).__name__))
+    if resume["kind"] != kind:
+        raise ValueError(f"resume holds the state of a {resume['kind']} run, "
+                         f"which a {kind} generator cannot continue")
+    saved = resume["settings"]
+    for name, value in settings.items():
+        if saved.get(name) != value:
+            raise ValueError(
+                f"resume: {name}={value!r}, but the saved run had {name}="
+                f"{saved.get(name)!r}: a continuation takes the arguments of "
+                f"the run it continues")
+    if len(resume["workers"]) != n_workers:
+        raise ValueError(f"resume: the saved run had {len(resume['workers'])} "
+                         f"workers, this one {n_workers}")
+    seeds = resume["seeds"]
+    root = np.random.SeedSequence(seeds["entropy"],
+                                  spawn_key=tuple(seeds["spawn_key"]),
+                                  pool_size=seeds["pool_size"])
+    if entropy is not None:
+        given = seed_sequence(entropy)
+        if (given.entropy != root.entropy
+                or tuple(given.spawn_key) != tuple(root.spawn_key)):
+            raise ValueError(
+                f"resume: entropy={entropy!r}, but the saved run's root was "
+                f"{root!r}: pass the run's entropy or None (the saved one "
+                f"is used)")
+    return Continuation(root, n_workers, saved=resume)
+
+
+def buffer_layout(template, observation_space, action_space):
+    """The ``layout`` entry of a state: the spaces' reprs and every leaf of
+    one fragment buffer ``template`` (tensors or arrays) as ``[path,
+    shape, dtype]``."""
+    rows = []
+
+    def walk(node, path):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            for name, child in zip(node._fields, node):
+                walk(child, f"{path}.{name}")
+        elif isinstance(node, dict):
+            for name, child in node.items():
+                walk(child, f"{path}[{name!r}]")
+        elif isinstance(node, (list, tuple)):
+            for i, child in enumerate(node):
+                walk(child, f"{path}[{i}]")
+        elif node is not None:
+            rows.append([path, [int(n) for n in node.shape],
+                         str(node.dtype).replace("torch.", "")])
+
+    assert isinstance(template, Fragment)
+    walk(template, "batch")
+    return {"spaces": [repr(observation_space), repr(action_space)],
+            "buffer": rows}
+
+
+def counters(stats):
+    """The counters of ``stats`` that a continuation goes on from."""
+    return {key: stats[key] for key in _COUNTERS if key in stats}
+
+
+def restore_counters(stats, saved):
+    """Set ``stats``'s counters to the ``saved`` ones (the times go on
+    from where they were)."""
+    for key in _COUNTERS:
+        if key in saved and key in stats:
+            stats[key] = saved[key]
+    if hasattr(stats, "resumed"):
+        stats.resumed(saved.get("time_wall", 0.0))
