@@ -670,3 +670,29 @@ def source_factory(source):
     if source in ("singles", "sticky"):
         return EndsEnv, {"sticky": source == "sticky"}
     return functools.partial(ends_vector, mode=source), {}
+
+
+class RenderEnv(CountingEnv):
+    """:class:`CountingEnv` (terminating every ``term_every`` steps) that
+    renders ``rgb_array`` frames of 8 x 8 pixels, all of value ``40 * obs
+    % 256``; each render appends a line to the file ``log`` (when given),
+    so that a test sees renders made in a worker."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode=None, term_every=4, log=None):
+        super().__init__(term_every=term_every)
+        self.render_mode, self.log = render_mode, log
+
+    def render(self):
+        if self.log is not None:
+            with open(self.log, "a") as f:
+                f.write(f"{self.t}\n")
+        if self.render_mode != "rgb_array":
+            return None
+        return np.full((8, 8, 3), 40 * int(self._obs()[0]) % 256, np.uint8)
+
+
+def render_factory(log=None, term_every=4):
+    """A factory without ``render_mode``: its envs render nothing."""
+    return RenderEnv(term_every=term_every, log=log)

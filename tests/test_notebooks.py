@@ -45,7 +45,8 @@ PUBLIC_MODULES = {
 }
 
 # notebooks that need an optional dependency: skipped without it
-NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray"}
+NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
+         "09_long_runs": "pygame"}
 
 
 def _check_solved(result):
@@ -88,6 +89,17 @@ def _check_off_policy(result):
     assert result["cluster_versions"] > 1, result
 
 
+def _check_long_runs(result):
+    # stopped after batch 17, resumed from the checkpoint of batch 15
+    assert result["resumed_from"] == 15 and result["first_resumed_batch"] \
+        == 20, result
+    assert result["seq_continues"] and result["generations"] == [1], result
+    assert result["videos"] == 8, result  # one per evaluation
+    assert result["eval_best_resumed"] > result["eval_first"], (
+        f"the resumed run's best evaluation {result['eval_best_resumed']:.1f}"
+        f" is not above the first one, {result['eval_first']:.1f}")
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -97,6 +109,7 @@ CHECKS = {
     "06_vector_envs": _check_solved,
     "07_episodes": _check_episodes,
     "08_off_policy": _check_off_policy,
+    "09_long_runs": _check_long_runs,
 }
 
 

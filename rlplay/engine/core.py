@@ -918,7 +918,7 @@ def episode_stats(fragment):
 
 @torch.no_grad()
 def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
-             max_steps=None, check_spaces="first"):
+             max_steps=None, check_spaces="first", on_frame=None):
     """Play ``n_episodes`` whole episodes with ``actor``, in this process.
 
     Each of the ``B`` envs plays ``ceil(n_episodes / B)`` episodes (so that
@@ -942,6 +942,11 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         :func:`collect` does: ``'first'``, until every env has finished its
         first episode of this call (the reset observations included);
         ``'always'``, at every step; ``'never'``.
+    on_frame : callable, optional
+        ``on_frame(frame)`` gets env 0's rendered frames of its first
+        episode: at its reset, then after each step up to the last one
+        (``1 + length`` frames, RGB arrays ``(H, W, 3)`` of an env made
+        with ``render_mode="rgb_array"``). ``None``: nothing is rendered.
 
     Returns
     -------
@@ -976,6 +981,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     if checks is not None:
         checks.observation(npy.obs, _reset_label)
     npy.fin[:] = True
+    if on_frame is not None:
+        on_frame(_frame(envs, 0))
     hx = _initial_hx(actor, row)
     rew = np.zeros(n_envs, np.float64)
     # a list of single envs is not reset by its step (an env whose quota is
@@ -1025,6 +1032,10 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         draining[ended] = False
         cut = [] if max_steps is None else np.flatnonzero(
             counted & (ep_length >= max_steps) & ~npy.fin).tolist()
+        if on_frame is not None and live[0] == 0:  # before any reset
+            on_frame(_frame(envs, 0))
+            if 0 in done or 0 in cut:
+                on_frame = None  # env 0's first episode is over
         for j in done + cut:
             results[j].append((ep_return[j], ep_length[j]))
             n_first += len(results[j]) == 1
@@ -1048,6 +1059,18 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     flat = [pair for per_env in results for pair in per_env][:n_episodes]
     returns, lengths = np.array(flat).T
     return returns.astype(np.float64), lengths.astype(np.int64)
+
+
+def _frame(envs, j):
+    frame = envs.render(j)
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 \
+            or frame.shape[-1] != 3:
+        raise TypeError(
+            f"recording needs envs that render RGB frames (made with "
+            f"render_mode='rgb_array'): env {j} rendered "
+            + (f"an array of shape {frame.shape}"
+               if isinstance(frame, np.ndarray) else repr(type(frame))))
+    return frame
 
 
 def episode(env, actor, *, seed=None, max_steps=None, check_spaces="first"):

@@ -146,6 +146,19 @@ class EnvBatch:
         """
         raise NotImplementedError
 
+    def render(self, column):
+        """The frame of column ``column`` (its env's ``render()``: an RGB
+        array for envs made with ``render_mode="rgb_array"``).
+
+        Raises
+        ------
+        TypeError
+            The batch cannot render one column (a vector source renders
+            all its envs at once).
+        """
+        raise TypeError(f"{type(self).__name__} cannot render one env "
+                        f"column: recording needs single envs")
+
     def close(self, quiet=False):
         """Close every env; with ``quiet``, errors are swallowed."""
         raise NotImplementedError
@@ -239,6 +252,9 @@ class EnvList(EnvBatch):
                     _report_cast(on_cast, obs_next, j, obs, _step_label(
                         j, t, autoreset and (terminated or truncated)))
         return ended
+
+    def render(self, column):
+        return self.envs[column].render()
 
     def close(self, quiet=False):
         close_envs(self.envs, quiet=quiet)

@@ -91,6 +91,12 @@ class EnvConcat(EnvBatch):
         self.lost = lost
         return ended
 
+    def render(self, column):
+        for part, (lo, hi) in zip(self.parts, self.bounds):
+            if lo <= column < hi:
+                return part.render(column - lo)
+        raise IndexError(f"no env column {column} of {self.n_envs}")
+
     def close(self, quiet=False):
         error = None
         for part in self.parts:

@@ -48,6 +48,7 @@ from ..seeds import (collector_seed_sequence, env_seed_sequences,
                      next_reset_seeds, seed_worker)
 from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
                         guard_parent, ignore_interrupts, set_cpu_affinity)
+from ..video import video_path, write_video
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
            "SessionSpec", "Session", "WorkerConfig", "Buffers",
@@ -59,7 +60,8 @@ Evaluate = namedtuple("Evaluate", "request")
 STOP = "stop"
 # worker -> learner
 Ready = namedtuple("Ready", "index seq version waited elapsed")
-Result = namedtuple("Result", "request returns lengths version elapsed")
+Result = namedtuple("Result", "request returns lengths version elapsed video",
+                    defaults=(None,))
 Failed = namedtuple("Failed", "record restartable")
 Bye = namedtuple("Bye", "seq")
 
@@ -103,9 +105,10 @@ buffers : Buffers or None
     Where a collecting worker's fragment buffers live.
 free : list of int
     The buffers it holds at start.
-evaluation : tuple (n_episodes, max_steps, pending) or None
+evaluation : tuple (n_episodes, max_steps, pending, record) or None
     For an evaluating worker; ``pending`` is a request to play at once
-    (a replacement's), or ``None``.
+    (a replacement's), or ``None``; ``record``: the directory where the
+    video of each evaluation's first episode goes, or ``None``.
 threads : int
     Torch threads.
 """
@@ -232,17 +235,35 @@ class Session:
                 check_spaces=self.spec.check_spaces)
         return time.perf_counter() - tic
 
-    def evaluate(self, n_episodes, max_steps):
+    def evaluate(self, n_episodes, max_steps, record=None, version=None):
         """Play ``n_episodes`` in eval mode from fresh resets; returns
-        ``(returns, lengths, seconds)``."""
+        ``(returns, lengths, seconds, video)``: with ``record`` (a
+        directory), env 0's first episode is rendered and written there
+        as the video of parameter ``version`` (its path; else ``None``)."""
         self.stage = f"evaluation {self.evaluations}"
         self.actor.eval()
         tic = time.perf_counter()
+        frames = [] if record is not None else None
         returns, lengths = evaluate(
             self.envs, self.actor, n_episodes,
-            seed_sequences=next_reset_seeds(self.seeds), max_steps=max_steps)
+            seed_sequences=next_reset_seeds(self.seeds), max_steps=max_steps,
+            on_frame=None if frames is None else frames.append)
+        video = None
+        if frames is not None:
+            self.stage = f"evaluation {self.evaluations} (its video)"
+            video = video_path(record, version)
+            write_video(video, frames, self.fps)
         self.evaluations += 1
-        return returns, lengths, time.perf_counter() - tic
+        return returns, lengths, time.perf_counter() - tic, video
+
+    @property
+    def fps(self):
+        """Frames a second of a video: the render rate the env declares
+        (``metadata["render_fps"]``), 30 if none."""
+        env = getattr(self.envs, "envs", [None])[0]
+        fps = getattr(env, "metadata", {}).get("render_fps") if env \
+            is not None else None
+        return fps if fps else 30
 
     def failure(self, exc):
         """The :class:`Failed` message for ``exc``."""
@@ -327,6 +348,10 @@ def main(conn, config, pdeathsig=True):
     session = Session(config.spec, config.index, config.collector,
                       config.generation, config.seq)
     segment = None if config.buffers is None else config.buffers.segment
+    if config.evaluation is not None and config.evaluation[3] is not None:
+        # it renders frames, never a window: SDL (pygame, the renderer of
+        # Gymnasium's classic-control envs) needs no display then
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         session.start(config.threads)
         if config.evaluation is None:
@@ -368,7 +393,7 @@ def _serve_fragments(link, session, config):
 
 
 def _serve_evaluations(link, session, config):
-    n_episodes, max_steps, pending = config.evaluation
+    n_episodes, max_steps, pending, record = config.evaluation
     while True:
         if pending is not None:  # a replacement replays the lost request
             order, pending = Evaluate(pending), None
@@ -379,7 +404,8 @@ def _serve_evaluations(link, session, config):
                 return
         session.stage = f"evaluation {order.request}"
         version = session.load(config.params, check=link.check)
-        returns, lengths, elapsed = session.evaluate(n_episodes, max_steps)
+        returns, lengths, elapsed, video = session.evaluate(
+            n_episodes, max_steps, record, version)
         if not link.send(Result(order.request, returns, lengths, version,
-                                elapsed)):
+                                elapsed, video)):
             return

@@ -51,11 +51,15 @@ raise, is replaced; an evaluation in progress is discarded and the
 replacement plays it again from fresh resets (seeded from its own
 generation), with the same parameters.
 """
+import functools
+import inspect
+import os
 from collections import namedtuple
 
 from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR
 from ..utils.mp import Cloudpickled, check_timeouts, get_context
+from ..video import check_writer
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
                     START_TIMEOUT, Breakable, Deadline, Status,
                     check_arguments)
@@ -66,13 +70,16 @@ from ._supervisor import Supervised
 
 __all__ = ["Evaluator", "Evaluation"]
 
-Evaluation = namedtuple("Evaluation", "returns lengths version")
+Evaluation = namedtuple("Evaluation", "returns lengths version video",
+                        defaults=(None,))
 Evaluation.__doc__ = """The result of one evaluation.
 
 returns : ndarray of float64, shape = (n_episodes,)
 lengths : ndarray of int64, shape = (n_episodes,)
 version : int
     The parameter version evaluated (what ``submit`` returned).
+video : str or None
+    With ``record=``: the path of the video of its first episode.
 """
 
 
@@ -82,6 +89,7 @@ class _EvaluationRequests:
     that the supervisor's exit handler may hold it)."""
 
     def __init__(self, spec, params, evaluation, count=0):
+        # evaluation: (n_episodes, max_steps, record)
         self.spec, self.params, self.evaluation = spec, params, evaluation
         self.count, self.version, self.result = count, None, None
         self.accounts = [{}]  # the worker's, filled by the supervisor
@@ -93,7 +101,8 @@ class _EvaluationRequests:
         return WorkerConfig(
             spec=self.spec, index=0, collector=EVAL_COLLECTOR,
             generation=generation, seq=0, params=self.params, buffers=None,
-            free=[], evaluation=(*self.evaluation, pending), threads=1)
+            free=[], evaluation=(*self.evaluation[:2], pending,
+                                 self.evaluation[2]), threads=1)
 
     def on_started(self, w):
         """The worker was started (it plays a pending request at once)."""
@@ -106,6 +115,34 @@ class _EvaluationRequests:
 
     def on_lost(self, w):
         return int(self.version is not None and self.result is None)
+
+
+def _recording(factory, record):
+    """``(factory, directory)`` of an evaluator that records videos into
+    ``record``: the factory asked for ``render_mode="rgb_array"`` where it
+    takes that keyword (``gymnasium.make`` does), the directory made.
+
+    Raises
+    ------
+    TypeError
+        ``record`` is not a path.
+    ImportError
+        The video writer is not installed.
+    """
+    if not isinstance(record, (str, os.PathLike)):
+        raise TypeError(f"record must be a directory (a str or a path) or "
+                        f"None, got {type(record).__name__}")
+    check_writer()
+    record = os.path.abspath(os.fspath(record))
+    os.makedirs(record, exist_ok=True)
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        parameters = ()
+    if any(p.name == "render_mode" or p.kind is p.VAR_KEYWORD
+           for p in parameters):
+        factory = functools.partial(factory, render_mode="rgb_array")
+    return factory, record
 
 
 class Evaluator(Supervised, Breakable):
@@ -126,6 +163,14 @@ class Evaluator(Supervised, Breakable):
         Episodes per evaluation.
     max_steps : int, optional
         Cut episodes at this many steps (at least 1).
+    record : str or path, optional
+        A directory (made if missing) where each evaluation writes the
+        video of its first episode (env 0's), named by the parameter
+        version (``version-000012.gif``; the :class:`Evaluation` says
+        which). The envs are asked for ``render_mode="rgb_array"`` where
+        the factory takes that keyword (``gymnasium.make`` does); otherwise
+        it must make them so. Needs ``pip install rlplay[video]``.
+        ``None``: nothing is rendered.
 
     The keywords every generator shares (``entropy``, ``start_method``,
     the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``) are
@@ -171,7 +216,7 @@ class Evaluator(Supervised, Breakable):
                  timeout=EVALUATION_TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
-                 resume=None):
+                 resume=None, record=None):
         check_arguments(
             actor, counts=[("n_envs", n_envs, 1),
                            ("n_episodes", n_episodes, 1)]
@@ -183,6 +228,8 @@ class Evaluator(Supervised, Breakable):
         if not callable(factory):
             raise TypeError(f"factory must be callable and return a "
                             f"Gymnasium env, got {type(factory).__name__}")
+        if record is not None:
+            factory, record = _recording(factory, record)
         mp_ctx = get_context(start_method)
         self._settings = dict(
             n_envs=int(n_envs), n_episodes=int(n_episodes),
@@ -197,7 +244,7 @@ class Evaluator(Supervised, Breakable):
             entropy=run.entropy, n_envs=int(n_envs), sticky=False,
             check_spaces="first", cpu_affinity=cpu_affinity)
         self._requests = _EvaluationRequests(
-            spec, self.params, (int(n_episodes), max_steps),
+            spec, self.params, (int(n_episodes), max_steps, record),
             count=int(run.extra.get("requests", 0)))
         self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,
                       "restarts": 0, "workers": self._requests.accounts}
@@ -325,7 +372,7 @@ class Evaluator(Supervised, Breakable):
         message, requests.result, requests.version = requests.result, \
             None, None
         result = Evaluation(message.returns, message.lengths,
-                            message.version)
+                            message.version, message.video)
         self.stats["evaluations"] += 1
         self.stats["time_evaluate"] += message.elapsed
         self.stats["last"] = result
