@@ -1,5 +1,6 @@
 import os
 import sys
+import threading
 import time
 
 import pytest
@@ -67,17 +68,47 @@ def _children():
     return alive
 
 
+# how long one query of Ray's actor table may take, and how many are tried
+GCS_QUERY_TIMEOUT = 30.0
+GCS_QUERY_TRIES = 2
+
+
 def _ray_actors():
     """``{actor id: pid}`` of the Ray actors not dead, when this process
     has joined Ray (the public state API, ray.util.state, needs Ray's
     dashboard, which the tests do not start: the driver's view of the GCS
-    tables answers the same)."""
+    tables answers the same).
+
+    Bounded: Ray's synchronous query waits on its reply without a
+    deadline, and a reply that never came once left a test's teardown
+    waiting for good (two Ray sessions on a loaded machine). The query
+    runs in a thread (it releases the GIL) and is asked again once; no
+    answer is an error, not a hang.
+    """
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return {}
     from ray._private import state
-    return {actor_id: info.get("Pid") for actor_id, info
-            in state.actors().items() if info["State"] != "DEAD"}
+    def ask(answer):
+        try:
+            answer.append(state.actors())
+        except BaseException as exc:  # noqa: BLE001 - raised below
+            answer.append(exc)
+
+    for _ in range(GCS_QUERY_TRIES):
+        answer = []
+        query = threading.Thread(target=ask, args=(answer,), daemon=True,
+                                 name="rlplay-tests-gcs-query")
+        query.start()
+        query.join(GCS_QUERY_TIMEOUT)
+        if answer and isinstance(answer[0], BaseException):
+            raise answer[0]
+        if answer:
+            return {actor_id: info.get("Pid") for actor_id, info
+                    in answer[0].items() if info["State"] != "DEAD"}
+    raise RuntimeError(f"Ray's GCS did not answer {GCS_QUERY_TRIES} queries "
+                       f"of its actor table within {GCS_QUERY_TIMEOUT} s "
+                       f"each")
 
 
 @pytest.fixture(scope="session")

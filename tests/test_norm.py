@@ -1,5 +1,7 @@
 """RunningNorm (rlplay.engine.norm): exact running statistics, fed from
 any generator's batches, travelling to the workers with the parameters."""
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from rlplay.engine import BaseActorModule, RunningNorm
 from rlplay.engine.returns import frozen
 from rlplay.engine.rollout import same
 
-from envs import EndsEnv, varying_factory
+from envs import EndsEnv, counting_factory, varying_factory
 from generators import make
 
 
@@ -84,19 +86,22 @@ class NormActor(BaseActorModule):
             {"z": self.norm(obs)}
 
 
-def test_workers_normalize_with_the_statistics_of_their_version():
+@pytest.mark.parametrize("kind", ["single", "multi"])
+def test_workers_normalize_with_the_statistics_of_their_version(kind):
     actor = NormActor()
     published = {0: {key: v.clone() for key, v in
                      actor.norm.state_dict().items()}}
-    feed = make("multi", varying_factory, actor, 4, 2, n_actors=2,
+    feed = make(kind, varying_factory, actor, 4, 2, n_actors=2,
                 entropy=3)
     with feed:
         for k in range(12):
             state = {key: v.clone() for key, v in
                      actor.norm.state_dict().items()}
             batch = next(feed)
-            # next() published the statistics held when it was called
-            published[feed.version] = state
+            # next() published the statistics held when it was called: as
+            # version k in single (from the second call on), as the
+            # version it returns in multi
+            published[feed.version if kind == "multi" else k] = state
             for j, v in enumerate(batch.meta.version.tolist()):
                 stats = RunningNorm((1,))
                 stats.load_state_dict(published[v])
@@ -105,3 +110,47 @@ def test_workers_normalize_with_the_statistics_of_their_version():
             actor.norm.update_from(batch)
     assert len({v for v in published}) > 3
     assert actor.norm.count.item() > 0
+
+
+class ThresholdActor(BaseActorModule):
+    """Acts 4 where the normalized observation is positive, else 0 (the
+    reward of a CountingEnv is the action)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = RunningNorm((1,))
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        act = (self.norm(obs)[..., 0] > 0).long() * 4
+        return act, (), {}
+
+
+def test_the_evaluator_uses_the_statistics_of_the_version_submitted():
+    actor = ThresholdActor()
+    actor.norm.update(torch.tensor([[-1.0], [1.0]]))  # mean 0: acts 4
+    with make("evaluator", partial(counting_factory, term_every=5), actor, n_envs=2, n_episodes=2,
+              entropy=0) as evaluator:
+        version = evaluator.submit(actor)
+        # the learner's statistics move on (the mean far above every
+        # observation: it would act 0) before the worker reads them
+        actor.norm.update(torch.full((100, 1), 1e12))
+        result = evaluator.result()
+        assert result.version == version
+        # episodes of 5 steps (term_every=5), each rewarded 4
+        assert result.returns.tolist() == [20.0, 20.0]
+        evaluator.submit(actor)
+        assert evaluator.result().returns.tolist() == [0.0, 0.0]
+
+
+def test_a_scalar_norm_scales_returns():
+    # the return scaler: RunningNorm(()) on the learner, fed the returns
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(7, 5))
+    norm = RunningNorm(())
+    for part in np.array_split(data, 3):
+        norm.update(torch.from_numpy(part))
+    np.testing.assert_allclose(norm.mean.item(), data.mean())
+    np.testing.assert_allclose(norm.var.item(), data.var())
+    scaled = torch.from_numpy(data) / (norm.var + norm.eps).sqrt()
+    np.testing.assert_allclose(scaled.std(unbiased=False).item(), 1.0)
