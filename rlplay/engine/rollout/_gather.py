@@ -68,7 +68,7 @@ class Gathered(Supervised, Generator):
         As documented by the subclass.
     entropy, sticky, env_info, final, device, pinned, copy, check_spaces,
     timeout, start_timeout, shutdown_timeout, restarts, restart_delay,
-    cpu_affinity
+    cpu_affinity, resume
         The shared keywords (:mod:`rlplay.engine.rollout`).
 
     A subclass starts its workers in :meth:`_start`, which sets

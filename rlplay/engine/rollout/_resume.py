@@ -11,6 +11,7 @@ strings, lists; ``torch.save``-able and loadable with
     layout      {"spaces": [observation, action] (their reprs),
                  "buffer": [[path, shape, dtype], ...]}: one fragment
                 buffer, which the actor's outputs (act, info, hx) shape too
+                (None for the evaluator)
     seeds       {"entropy", "spawn_key", "pool_size"}: the run's root
                 ``SeedSequence``; "resumes": how many times it was resumed
     counters    the generator's stats counters (steps, batches, version,
@@ -32,7 +33,8 @@ with the next ``meta.generation``, which tells every consumer of fragments
 (:mod:`rlplay.engine.lanes`) that its row 0 does not continue the row T
 before it: the envs start from fresh resets. The parameter version starts
 at the number of batches delivered so far (the parameters that the
-learner holds then), and the counters go on. ``restarts`` is a budget for
+learner holds then; the evaluator's, at the last version submitted), and
+the counters go on. ``restarts`` is a budget for
 the whole run, resumes included (raise it on resume to allow more).
 
 A state whose ``settings`` or ``layout`` differ from those of the new

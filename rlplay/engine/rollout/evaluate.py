@@ -173,7 +173,8 @@ class Evaluator(Supervised, Breakable):
         ``None``: nothing is rendered.
 
     The keywords every generator shares (``entropy``, ``start_method``,
-    the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``) are
+    the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``,
+    ``resume``) are
     documented once, in
     :mod:`rlplay.engine.rollout`; here ``timeout`` is the default bound of
     :meth:`result` (300 s: the worker is silent for a whole evaluation),

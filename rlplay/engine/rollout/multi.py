@@ -117,7 +117,8 @@ class Rollout(Gathered):
     and dropping it (or the interpreter's exit) closes it. The keywords
     every generator shares (``entropy``, ``sticky``, ``env_info``,
     ``final``, ``device``, ``pinned``, ``copy``, ``check_spaces``,
-    ``start_method``, the timeouts, ``restarts``, ``restart_delay``) are
+    ``start_method``, the timeouts, ``restarts``, ``restart_delay``,
+    ``resume``) are
     documented once, in :mod:`rlplay.engine.rollout`; but
     ``start_method``, they are defined once too, by
     :class:`~._gather.Gathered`, the learner's side that this generator

@@ -45,7 +45,8 @@ class Rollout(Generator):
     An endless iterator and a context manager; ``close()`` is idempotent.
     The keywords every generator shares (``entropy``, ``sticky``,
     ``env_info``, ``final``, ``device``, ``pinned``, ``copy``,
-    ``check_spaces``) are documented once, in :mod:`rlplay.engine.rollout`.
+    ``check_spaces``, ``resume``) are documented once, in
+    :mod:`rlplay.engine.rollout`.
 
     Parameters
     ----------
