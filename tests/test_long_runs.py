@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from conftest import _direct_children
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 N_BATCHES, EVERY, KILL_AFTER = 30, 5, 10
 # how long one part of the script may take, at most (seconds): a spawned
@@ -34,14 +36,9 @@ def _script(tmp_path):
 def _descendants(pid):
     found, todo = [], [pid]
     while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except OSError:
-                continue
-            found += [int(c) for c in children]
-            todo += [int(c) for c in children]
+        children = _direct_children(todo.pop())
+        found += children
+        todo += children
     return found
 
 

@@ -23,6 +23,7 @@ import torch
 from envs import CountingEnv, counting_factory
 from generators import CountingActor, assert_fragments_equal, make, slot
 from rlplay.engine.errors import WorkerDied
+from rlplay.engine.nested import suply
 from rlplay.engine.rollout import episodic
 from rlplay.engine.seeds import (PROBE_COLLECTOR, env_seed_sequences,
                                  reset_seed, resume_root)
@@ -47,27 +48,14 @@ def _roundtrip(state):
     return torch.load(buffer, weights_only=True)
 
 
-def _fragments(kind, batch):
+def _fragments(batch):
     """``{(worker, seq): fragment}`` of a batch (copies)."""
-    n = batch.state.fin.shape[1] // B
     out = {}
-    for s in range(n):
+    for s in range(batch.state.fin.shape[1] // B):
         frag = slot(batch, s, B, CountingActor.hx_dim)
         key = (int(frag.meta.worker[0]), int(frag.meta.seq[0]))
-        out[key] = type(frag)(*[_copy(x) for x in frag])
+        out[key] = suply(torch.clone, frag)
     return out
-
-
-def _copy(tree):
-    if isinstance(tree, torch.Tensor):
-        return tree.clone()
-    if isinstance(tree, dict):
-        return {k: _copy(v) for k, v in tree.items()}
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return type(tree)(*[_copy(v) for v in tree])
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_copy(v) for v in tree)
-    return tree
 
 
 # a bound on the batches a pool's test reads (see _run)
@@ -95,7 +83,7 @@ def _run(kind, n_batches, **kwargs):
 
     with closing(feed):
         for batch in itertools.islice(feed, MAX_BATCHES):
-            got = _fragments(kind, batch)
+            got = _fragments(batch)
             assert not fragments.keys() & got.keys()
             fragments.update(got)
             versions.append(sorted({int(v) for v in batch.meta.version}))

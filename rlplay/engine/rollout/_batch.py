@@ -56,14 +56,22 @@ class ReadyQueue:
                 account.setdefault(key, value)
         self.queue = deque()
         self._last = {}  # the seq of each worker's last arrival
-        # per worker, the seq after its last fragment delivered (a resumed
-        # run's workers start there), and the drops before this part
-        self.next_seq = [0] * len(accounts) if run is None else list(run.seq)
+        # per worker, the seq of its first fragment in this part of the run
+        # (> 0 when resumed) and the seq after its last fragment delivered;
+        # and the drops before this part
+        self.first_seq = [0] * len(accounts) if run is None \
+            else list(run.seq)
+        self.next_seq = list(self.first_seq)
         self._dropped = 0 if run is None else int(
             run.counters.get("dropped", 0))
 
     def __len__(self):
         return len(self.queue)
+
+    def numbered_from(self, worker):
+        """The ``meta.seq`` that ``worker`` (a new generation of it) numbers
+        its fragments from: on from those received."""
+        return self.first_seq[worker] + self.accounts[worker]["received"]
 
     def push(self, arrival):
         """Queue ``arrival``; a worker's arrivals come in ``seq`` order

@@ -72,7 +72,6 @@ class SharedBuffers:
                      for w in range(n_workers)]
         self.accounts = [new_account() for _ in range(n_workers)]
         self.ready = ReadyQueue(self.accounts, run)
-        self.seq = [0] * n_workers if run is None else list(run.seq)
         counters = {} if run is None else run.counters
         self.time_collect = counters.get("time_collect", 0.0)
         self.time_worker_wait = counters.get("time_worker_wait", 0.0)
@@ -84,8 +83,7 @@ class SharedBuffers:
         it continues left off, when resumed)."""
         return WorkerConfig(
             spec=self.spec, index=w, collector=w, generation=generation,
-            seq=self.seq[w] + self.accounts[w]["received"],
-            params=self.params,
+            seq=self.ready.numbered_from(w), params=self.params,
             buffers=Buffers(self.segment, self._spec, self.stride),
             free=list(self.held[w]), evaluation=None, threads=WORKER_THREADS)
 

@@ -22,13 +22,12 @@ class Member:
     """What a supervisor knows of worker ``index``, restart-wise;
     ``account`` receives ``restarts``, ``lost`` and ``last_cause``."""
 
-    def __init__(self, index, account, generation=0, restarts=0):
-        self.index, self.account = index, account
-        self.generation = generation  # > 0 from the start in a resumed run
+    def __init__(self, index, account):
+        self.index, self.account, self.generation = index, account, 0
         self.due = None             # when its replacement starts
         self.delivered = False      # this generation delivered something
         self.failed_early = False   # the previous one failed before that
-        account.update(restarts=restarts, lost=0, last_cause=None)
+        account.update(restarts=0, lost=0, last_cause=None)
 
 
 class RestartPolicy:

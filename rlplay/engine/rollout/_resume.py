@@ -101,12 +101,9 @@ class Continuation:
     def seeds(self):
         """The ``seeds`` entry of a state."""
         root = self.root
-        entropy = root.entropy
-        if not isinstance(entropy, (int, np.integer)) and entropy is not None:
-            entropy = [int(e) for e in entropy]
-        elif entropy is not None:
-            entropy = int(entropy)
-        return {"entropy": entropy,
+        entropy = root.entropy  # an int, or a sequence of them
+        return {"entropy": int(entropy) if np.ndim(entropy) == 0
+                else [int(e) for e in entropy],
                 "spawn_key": [int(k) for k in root.spawn_key],
                 "pool_size": int(root.pool_size), "resumes": self.resumes}
 
@@ -128,12 +125,9 @@ class Continuation:
         new = {path: (shape, dtype) for path, shape, dtype in layout["buffer"]}
         for path in sorted(old.keys() | new.keys()):
             if old.get(path) != new.get(path):
-                def shown(entry):
-                    return "absent" if entry is None else \
-                        f"{tuple(entry[0])} {entry[1]}"
                 raise ValueError(
-                    f"resume: the batch's {path} is {shown(new.get(path))}, "
-                    f"but the saved run's was {shown(old.get(path))} (the "
+                    f"resume: the batch's {path} is {_shown(new.get(path))}, "
+                    f"but the saved run's was {_shown(old.get(path))} (the "
                     f"envs' spaces and the actor's outputs shape it): a "
                     f"continuation must shape its batches as the run it "
                     f"continues")
@@ -149,6 +143,11 @@ class Continuation:
                              "restarts": int(restarts)}
                             for seq, generation, restarts in workers],
                 "extra": dict(extra or {})}
+
+
+def _shown(entry):
+    # a buffer leaf (shape, dtype) in a message
+    return "absent" if entry is None else f"{tuple(entry[0])} {entry[1]}"
 
 
 def continuation(resume, entropy, kind, settings, n_workers):

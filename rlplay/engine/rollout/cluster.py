@@ -124,7 +124,6 @@ class RayRequests:
                      for w in range(n_workers)]
         self.accounts = [new_account() for _ in range(n_workers)]
         self.ready = ReadyQueue(self.accounts, run)
-        self.seq = [0] * n_workers if run is None else list(run.seq)
         self.fragments, self.keys = {}, itertools.count()
         counters = {} if run is None else run.counters
         self.time_collect = counters.get("time_collect", 0.0)
@@ -138,7 +137,7 @@ class RayRequests:
         resumed)."""
         return WorkerConfig(
             spec=self.spec, index=w, collector=w, generation=generation,
-            seq=self.seq[w] + self.accounts[w]["received"], params=None,
+            seq=self.ready.numbered_from(w), params=None,
             buffers=self.buffers, free=[], evaluation=None,
             threads=WORKER_THREADS)
 

@@ -96,6 +96,8 @@ __all__ = ["Episodes", "EpisodeMeta", "PaddedEpisodes", "Episodic",
            "episodes", "rollout", "record"]
 
 MAX_LENGTH = 100_000
+# the format of Episodic.state_dict()
+STATE_FORMAT = "rlplay.episodes/1"
 
 EpisodeMeta = namedtuple(
     "EpisodeMeta", "worker env generation version_first version_last seq")
@@ -295,7 +297,7 @@ class Episodic:
         ``resume=state`` to :func:`rollout`). Episodes open at the time
         are not part of it: the continuation's envs start from resets."""
         feed_state = getattr(self.feed, "state_dict", None)
-        return {"format": "rlplay.episodes/1",
+        return {"format": STATE_FORMAT,
                 "feed": None if feed_state is None else feed_state(),
                 "stats": dict(self._stats), "lanes": self._lanes.state_dict()}
 
@@ -303,9 +305,7 @@ class Episodic:
         """Go on counting from :meth:`state_dict` (before the first
         ``next()``); the lanes know each worker's last fragment, so the
         continuation's first ones count as a new generation."""
-        if not isinstance(state, dict) or \
-                state.get("format") != "rlplay.episodes/1":
-            raise TypeError("state must be an Episodic's state_dict()")
+        _check_state(state, "state")
         if self._it is not None:
             raise RuntimeError("load_state_dict() goes before the first "
                                "next()")
@@ -502,6 +502,12 @@ class Episodic:
                                                      np.cumsum(length)])))
 
 
+def _check_state(state, name):
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise TypeError(f"{name} must be an Episodic's state_dict(), got "
+                        f"{type(state).__name__}")
+
+
 def episodes(feed, n_episodes, *, max_length=MAX_LENGTH, actor=None):
     """Batches of ``n_episodes`` whole episodes from a generator of
     fragments, in the order the episodes complete.
@@ -548,10 +554,8 @@ def rollout(factory, actor, n_envs, n_episodes, *, n_steps=32,
     check_count("n_episodes", n_episodes)
     check_count("max_length", max_length)
     resume = kwargs.pop("resume", None)
-    if resume is not None and (not isinstance(resume, dict) or
-                               resume.get("format") != "rlplay.episodes/1"):
-        raise TypeError(f"resume must be the state_dict() of an episodic "
-                        f"rollout, got {type(resume).__name__}")
+    if resume is not None:
+        _check_state(resume, "resume")
     feed = same.rollout(factory, actor, n_steps, n_envs, **kwargs,
                         resume=None if resume is None else resume["feed"])
     episodic = Episodic(feed, n_episodes, max_length=max_length,
