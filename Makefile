@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-torchrl clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,5 +25,20 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/episodes.py
 	$(BIN)/python benchmarks/replay.py
 
+# TorchRL's prioritized sampler is a C++ extension that loads only with the
+# torch its wheel was built against (torchrl 0.14.1: torch 2.14.1), not with
+# the CPU build pinned above; this target runs benchmarks/replay.py, every
+# row, in an environment of its own with that torch (a CUDA wheel of a few
+# GB: never installed by `make test`).
+TORCHRL_VENV ?= .venv-torchrl
+TORCHRL_TORCH ?= torch==2.14.1
+
+bench-torchrl:
+	test -x $(TORCHRL_VENV)/bin/python || $(PYTHON) -m venv $(TORCHRL_VENV)
+	grep -v '^torch==' constraints.txt > $(TORCHRL_VENV)/constraints.txt
+	echo '$(TORCHRL_TORCH)' >> $(TORCHRL_VENV)/constraints.txt
+	$(TORCHRL_VENV)/bin/python -m pip install -q -c $(TORCHRL_VENV)/constraints.txt -e '.[bench]'
+	$(TORCHRL_VENV)/bin/python benchmarks/replay.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCHRL_VENV) build *.egg-info

@@ -167,7 +167,7 @@ class RlplayBench:
         store = self.buffer._store
         total = sum(x.nbytes for x in _leaves(store))
         if isinstance(self.buffer, PrioritizedReplay):
-            total += self.buffer._tree.sum.nbytes + self.buffer._tree.min.nbytes
+            total += self.buffer._tree.nbytes
         return total / len(self.buffer)
 
 
@@ -204,9 +204,11 @@ class TorchRLBench:
         return self.buffer.sample()
 
     def sample_update(self, rng):
-        td = self.buffer.sample()
-        self.buffer.update_priority(td["index"],
-                                    torch.from_numpy(rng.random(BATCH)))
+        # the indices (and importance weights) come in the info, not in
+        # the data, of a plain ReplayBuffer; its sum tree is float32
+        _, info = self.buffer.sample(return_info=True)
+        self.buffer.update_priority(info["index"], torch.from_numpy(
+            rng.random(BATCH, dtype=np.float32)))
 
     def memory(self):
         storage = self.buffer._storage._storage
@@ -265,7 +267,9 @@ def _make(library, data, capacity, **kwargs):
     except ImportError as exc:
         return f"{library} is not installed ({exc.name}; rlplay[bench])"
     except RuntimeError as exc:  # e.g. a C++ extension built for another torch
-        return f"{library} failed to set up: {exc}"
+        return (f"{library} failed to set up: {exc} (TorchRL's sum tree is "
+                f"a C++ extension that loads only with the torch its wheel "
+                f"was built for: make bench-torchrl)")
 
 
 # ------------------------------------------------------------- a round --

@@ -336,6 +336,37 @@ def test_sum_tree_finds_by_mass():
     assert tree.total == 6.0
 
 
+@pytest.mark.parametrize("n", [1, 7, 64, 65, 300])
+def test_sum_tree_levels_agree_with_a_cumulative_sum(n):
+    # a fanout of 4 and a top of 8 entries make up to four levels here
+    rng = np.random.default_rng(n)
+    tree = _SumTree(n, fanout=4, top=8)
+    leaves = np.zeros(n)
+    for _ in range(20):
+        slots = rng.integers(0, n, rng.integers(1, 2 * n + 1))
+        values = rng.random(len(slots)) * (rng.random(len(slots)) < 0.7)
+        tree.set(slots, values)
+        leaves[slots] = values
+        assert np.array_equal(tree.get(np.arange(n)), leaves)
+        assert tree.total == pytest.approx(leaves.sum(), rel=1e-12)
+        positive = leaves[leaves > 0]
+        assert tree.smallest == (positive.min() if len(positive)
+                                 else np.inf)
+        if not leaves.sum() > 0:
+            continue
+        cum = np.cumsum(leaves)
+        mass = rng.random(200) * cum[-1]
+        # away from the edges of the ranges, where rounding may differ
+        mass = mass[np.abs(mass[:, None] - cum[None, :]).min(1) > 1e-9]
+        want = np.searchsorted(cum, mass, side="right")
+        assert tree.find(mass).tolist() == want.tolist()
+        assert (leaves[tree.find(mass)] > 0).all()
+    other = _SumTree(n, fanout=4, top=8)
+    other.load(tree.state())
+    assert [x.tolist() for x in other.sum] == [x.tolist() for x in tree.sum]
+    assert [x.tolist() for x in other.min] == [x.tolist() for x in tree.min]
+
+
 def test_prioritized_frequencies_match_the_priorities():
     replay = _filled(PrioritizedReplay, alpha=1.0, beta=1.0, eps=0.0)
     index = replay.indices()
@@ -363,9 +394,9 @@ def test_stale_priority_updates_are_ignored():
         for _, batch in zip(range(10), feed):
             replay.extend(batch)
     assert (old < replay._total - replay.capacity).all()
-    before = replay._tree.sum.copy()
+    before = replay._tree.state()["leaves"].copy()
     replay.update(old, np.full(10, 1000.0))
-    assert np.array_equal(replay._tree.sum, before)
+    assert np.array_equal(replay._tree.state()["leaves"], before)
     assert replay._max_priority == 1.0
 
 
