@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 from conftest import _ray_actors  # noqa: E402
 from envs import (ENV_INFO, FaultyEnv, StallingEnv,  # noqa: E402
                   counting_factory, mixed_factory)
-from generators import (ActorFailure, CountingActor,  # noqa: E402
+from generators import (RAY_STARTED_BOUND, ActorFailure, CountingActor,  # noqa: E402
                         RaisingActor, assert_fragments_equal, identities,
                         make as make_generator, raises_within, slot,
                         without_version)
@@ -63,12 +63,8 @@ def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
                           n_per_batch=n_per_batch, **args)
 
 
-# how long the Ray actors of a test may take to start: Ray starts them at
-# nice 15, and with other work loading the machine (more than two CPU
-# hogs' worth, once) importing torch there took longer than START; the
-# tests that wait check fragments, not how fast Ray starts a process (and
-# a test's own bound, pytest's timeout in setup.cfg, is 300 s)
-STARTED_BOUND = 240.0
+# how long the Ray actors of a test may take to start (generators.py)
+STARTED_BOUND = RAY_STARTED_BOUND
 
 
 def wait_started(feed, bound=STARTED_BOUND):

@@ -19,7 +19,7 @@ import pytest
 from envs import CountingEnv, claim
 from rlplay.engine.seeds import env_seed_sequences, reset_seed
 from rlplay.engine.rollout import multi, single
-from generators import CountingActor, identities
+from generators import RAY_STARTED_BOUND, CountingActor, identities
 
 BOUND = 10.0
 START = 60.0
@@ -83,12 +83,9 @@ def assert_in_order(seen):
 # never delivers is an error, not a hang
 REPLACEMENT_BOUND = 300.0
 
-# the start of the cluster tests' Ray actors (start_timeout): at nice 15,
-# under two CPU hogs, importing torch took them longer than START, and
-# the first batch timed out (both cluster tests, once); what these tests
-# check is the order, not how soon Ray starts a process (the same bound
-# as test_cluster's STARTED_BOUND)
-RAY_START = 240.0
+# the start of the cluster tests' Ray actors (start_timeout): see
+# generators.py (both cluster tests here timed out at START under two hogs)
+RAY_START = RAY_STARTED_BOUND
 
 
 def read_on(feed, at_least=30):
