@@ -7,7 +7,9 @@ A :class:`Row` is one thing timed: ``run(seconds)`` returns a dict with
 the machine does not favour the rows that run first), and each row reports
 the median of its rounds and their spread ``[min-max]``; :func:`paired`
 takes a ratio of two rows round by round (two rows measured minutes apart
-would drift). Nothing here asserts a timing.
+would drift). Where a ratio itself is the point, :func:`alternated` times
+two loops fragment by fragment within one window, so that both see the
+same machine. Nothing here asserts a timing.
 """
 import json
 import sys
@@ -17,8 +19,9 @@ import traceback
 import numpy as np
 import torch
 
-__all__ = ["WARMUP_SECONDS", "Row", "timed", "measure", "stats", "paired",
-           "median", "record", "print_json", "spread", "fmt"]
+__all__ = ["WARMUP_SECONDS", "Row", "timed", "alternated", "measure",
+           "stats", "paired", "median", "record", "print_json", "spread",
+           "fmt"]
 
 WARMUP_SECONDS = 0.5
 
@@ -36,17 +39,22 @@ class Row:
         self.workload = name.split("/")[0]
 
 
+def _warm_up(fragment):
+    """Call ``fragment()`` for :data:`WARMUP_SECONDS`, at least twice."""
+    tic = time.perf_counter()
+    for n in range(1, 1 << 30):
+        fragment()
+        if n >= 2 and time.perf_counter() - tic >= WARMUP_SECONDS:
+            return
+
+
 def timed(fragment, steps_per_fragment, seconds, on_start=None):
     """Time ``fragment()`` for ``seconds`` after a warm-up (at least two
     calls), whole fragments only; ``on_start()`` runs as the timing starts.
 
     Returns ``{"steps_per_s", "steps", "learner_cpu"}``, the last being
     this process's CPU time (all its threads) over the wall time."""
-    tic = time.perf_counter()
-    for n in range(1, 1 << 30):
-        fragment()
-        if n >= 2 and time.perf_counter() - tic >= WARMUP_SECONDS:
-            break
+    _warm_up(fragment)
     if on_start is not None:
         on_start()
     cpu, tic = time.process_time(), time.perf_counter()
@@ -57,6 +65,44 @@ def timed(fragment, steps_per_fragment, seconds, on_start=None):
             steps = n * steps_per_fragment
             return {"steps_per_s": steps / elapsed, "steps": steps,
                     "learner_cpu": (time.process_time() - cpu) / elapsed}
+
+
+def alternated(fragments, steps_per_fragment, seconds):
+    """Time the loops ``fragments`` (``{name: fragment}``) against each
+    other: after a warm-up of each, one ``fragment()`` of each in turn (the
+    first of a turn rotating), each call timed on its own, for ``seconds``
+    of wall time per loop.
+
+    A row timed for a second, then another for the next, sees a machine
+    whose speed may have changed by tens of percent in between; here each
+    loop's time is a sum over short calls spread over the same window, so
+    the ratio of two loops keeps little of that drift.
+
+    Returns ``{name: {"steps_per_s", "steps", "learner_cpu"}}``, the last
+    being this process's CPU time over the window's wall time (the same for
+    every loop)."""
+    names = list(fragments)
+    for name in names:
+        _warm_up(fragments[name])
+    spent = dict.fromkeys(names, 0.0)
+    calls = dict.fromkeys(names, 0)
+    cpu, start = time.process_time(), time.perf_counter()
+    turn = 0
+    while min(spent.values()) < seconds:
+        for k in range(len(names)):
+            name = names[(turn + k) % len(names)]
+            tic = time.perf_counter()
+            fragments[name]()
+            spent[name] += time.perf_counter() - tic
+            calls[name] += 1
+        turn += 1
+    load = (time.process_time() - cpu) / (time.perf_counter() - start)
+    results = {}
+    for name in names:
+        steps = calls[name] * steps_per_fragment
+        results[name] = {"steps_per_s": steps / spent[name], "steps": steps,
+                         "learner_cpu": load}
+    return results
 
 
 def measure(selected, n_rounds, seconds):

@@ -20,14 +20,14 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import rlplay
-from harness import (Row, fmt, measure, median, paired, print_json, record,
-                     spread, timed)
+from harness import (Row, alternated, fmt, measure, median, paired,
+                     print_json, record, spread, timed)
 from profiling import print_profile, profile, profile_costs, run_profile
 from rlplay.engine import PolicyActor
 from rlplay.engine.rollout import same
 from workloads import (N_ACTORS, N_CPUS, N_ENVS, N_VECTOR, WORKLOADS,
-                       MLPActor, make_cartpole_vec, make_envpool, n_cores,
-                       run_actor_alone, run_bare_loop, run_envs_alone,
+                       MLPActor, hand_loop, make_cartpole_vec, make_envpool,
+                       n_cores, run_actor_alone, run_bare_loop, run_envs_alone,
                        run_generator, run_hand, run_hand_vector,
                        run_source_alone, run_vector)
 
@@ -88,6 +88,25 @@ def normalized(module, factory, actor, n_steps, *counts, steps_per_batch):
     return run
 
 
+def alternating(factory, actor, n_steps, n_envs):
+    """A row's ``run``: ``same.rollout`` and the hand-written loop over the
+    same envs and actor, fragment by fragment in one window
+    (:func:`~harness.alternated`); same.rollout's steps/s, with ``x_hand``,
+    its ratio to the hand loop's in that window."""
+    def run(seconds):
+        feed = same.rollout(factory, actor, n_steps, n_envs, entropy=0)
+        hand, close = hand_loop(factory, actor, n_steps, n_envs=n_envs)
+        try:
+            with closing(feed):
+                rates = alternated({"same": lambda: next(feed), "hand": hand},
+                                   n_steps * n_envs, seconds)
+        finally:
+            close()
+        return dict(rates["same"], x_hand=rates["same"]["steps_per_s"]
+                    / rates["hand"]["steps_per_s"])
+    return run
+
+
 def rows(env_name, profile_rows=False):
     """The :class:`Row` list of a section (a workload): floors first, then
     the table, then the profile's (with ``profile_rows``)."""
@@ -126,6 +145,11 @@ def rows(env_name, profile_rows=False):
         row("same.rollout", gen(same, N_ENVS), f"1x{N_ENVS}"),
         row("same.rollout.check_always",
             gen(same, N_ENVS, check_spaces="always"), f"1x{N_ENVS}"),
+        # same.rollout and the hand loop, fragment by fragment in one
+        # window: its x hand is the ratio of two loops that saw the same
+        # machine
+        row("same.rollout.alternating",
+            alternating(factory, actor, n_steps, N_ENVS), f"1x{N_ENVS}"),
         row("single.rollout", gen(single, N_ENVS), f"1x{N_ENVS}"),
         # n_buffers: two per actor, n_per_batch: one fragment per actor
         row("multi.rollout",
@@ -291,9 +315,12 @@ def analyse(selected, results):
             efficiency = None
             if f".{N_ACTORS}x{n_envs}" in row.name and ratio_same:
                 efficiency = [x / N_ACTORS for x in ratio_same]
+            # a row timed beside the hand loop brings its own ratio
+            within = [res["x_hand"] for res in results[row.name].values()
+                      if "x_hand" in res]
             item = dict(
                 record(row.name, "row", values),
-                ratio=median(paired(values, hand)),
+                ratio=median(within or paired(values, hand)),
                 ratio_same=median(ratio_same),
                 pct_ceiling=median(pct and [100 * x for x in pct]),
                 ceiling=row.ceiling,

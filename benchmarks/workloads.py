@@ -19,10 +19,10 @@ from rlplay.engine import BaseActorModule
 
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
            "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
-           "make_envpool", "MLPActor", "WORKLOADS", "Arrays", "run_hand",
-           "run_vector", "run_hand_vector", "run_bare_loop", "run_generator",
-           "run_envs_alone", "run_source_alone", "run_actor_alone",
-           "n_cores"]
+           "make_envpool", "MLPActor", "WORKLOADS", "Arrays", "hand_loop",
+           "run_hand", "run_vector", "run_hand_vector", "run_bare_loop",
+           "run_generator", "run_envs_alone", "run_source_alone",
+           "run_actor_alone", "n_cores"]
 
 N_ENVS = 8
 N_ACTORS = 2                  # multi.rollout: N_ACTORS x N_ENVS // N_ACTORS
@@ -125,10 +125,11 @@ class Arrays:
         self.obs_pyt = torch.from_numpy(self.obs)  # the same memory
 
 
-def run_hand(factory, actor, n_steps, seconds, sample=None, on_start=None,
-             n_envs=N_ENVS):
-    """The hand-written loop over ``n_envs`` single envs; ``sample``
-    replaces ``actor.sample`` (the profile passes a clocked one)."""
+def hand_loop(factory, actor, n_steps, sample=None, n_envs=N_ENVS):
+    """The hand-written loop over ``n_envs`` single envs: ``(fragment,
+    close)``, ``fragment()`` collecting one fragment of ``n_steps`` rows
+    into preallocated arrays; ``sample`` replaces ``actor.sample`` (the
+    profile passes a clocked one)."""
     sample = actor.sample if sample is None else sample
     envs = [factory() for _ in range(n_envs)]
     buf = Arrays(envs[0].observation_space, n_steps, n_envs)
@@ -152,11 +153,20 @@ def run_hand(factory, actor, n_steps, seconds, sample=None, on_start=None,
                 rew_t[j] = r
         obs[0] = obs[n_steps]
 
+    def close():
+        for env in envs:
+            env.close()
+    return fragment, close
+
+
+def run_hand(factory, actor, n_steps, seconds, sample=None, on_start=None,
+             n_envs=N_ENVS):
+    """:func:`hand_loop` timed for ``seconds``."""
+    fragment, close = hand_loop(factory, actor, n_steps, sample, n_envs)
     try:
         return timed(fragment, n_steps * n_envs, seconds, on_start)
     finally:
-        for env in envs:
-            env.close()
+        close()
 
 
 def run_vector(vector_env, factory, actor, n_steps, seconds):

@@ -4,6 +4,7 @@ Each runs briefly in a process of its own (``--json`` where it has it) and
 its output is checked for shape: the rows and keys it promises. No timing
 is asserted: performance is measured by the scripts, never by tests.
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -41,7 +42,8 @@ def test_throughput_prints_floors_ceilings_and_ratios():
         "cartpole/ceiling.2x4": "ceiling",
         "cartpole/ceiling.async": "ceiling", "cartpole/hand": "row",
         "cartpole/same.rollout": "row",
-        "cartpole/same.rollout.check_always": "row"}
+        "cartpole/same.rollout.check_always": "row",
+        "cartpole/same.rollout.alternating": "row"}
     for row in rows.values():
         assert len(row["rounds"]) == 2
         assert row["min"] <= row["steps_per_s"] <= row["max"]
@@ -58,6 +60,41 @@ def test_throughput_prints_floors_ceilings_and_ratios():
         # by 100: on a busy machine the floors may be timed at a slow moment
         assert row["ceiling"] == "1x8" and row["pct_ceiling"] > 0
         assert row["efficiency"] is None and row["learner_cpu"] > 0
+    # timed beside the hand loop in one window: a ratio of its own
+    alternating = rows["cartpole/same.rollout.alternating"]
+    assert alternating["ratio"] > 0 and alternating["ceiling"] == "1x8"
+
+
+def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
+    """Two loops on a clock of their own, one taking 1/64 s a call and the
+    other 3/64 s (exact in binary): each is timed over its own calls only,
+    one of each per turn, the first of a turn rotating, until each has had
+    ``seconds``."""
+    spec = importlib.util.spec_from_file_location(
+        "harness", os.path.join(BENCHMARKS, "harness.py"))
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    clock, calls = [0.0], []
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+
+    def loop(name, seconds):
+        def fragment():
+            calls.append(name)
+            clock[0] += seconds
+        return fragment
+
+    rates = harness.alternated({"fast": loop("fast", 1 / 64),
+                                "slow": loop("slow", 3 / 64)}, 100, 1.0)
+    assert harness.WARMUP_SECONDS == 0.5
+    # the warm-up, each loop on its own: 32 x 1/64 s, 11 x 3/64 s
+    assert calls[:43] == ["fast"] * 32 + ["slow"] * 11
+    timed = calls[43:]
+    assert timed[:6] == ["fast", "slow", "slow", "fast", "fast", "slow"]
+    # 64 turns: the fast loop has had its second by then
+    assert timed.count("fast") == timed.count("slow") == 64
+    assert rates["fast"]["steps"] == rates["slow"]["steps"] == 6400
+    assert rates["fast"]["steps_per_s"] == 6400.0
+    assert rates["slow"]["steps_per_s"] == pytest.approx(6400 / 3)
 
 
 def test_throughput_profile_prints_its_parts():
