@@ -26,10 +26,10 @@ ray = pytest.importorskip("ray")
 from conftest import _ray_actors  # noqa: E402
 from envs import (ENV_INFO, FaultyEnv, StallingEnv,  # noqa: E402
                   counting_factory, mixed_factory)
-from generators import (RAY_STARTED_BOUND, ActorFailure, CountingActor,  # noqa: E402
-                        RaisingActor, assert_fragments_equal, identities,
-                        make as make_generator, raises_within, slot,
-                        without_version)
+from generators import (RAY_STARTED_BOUND, ActorFailure,  # noqa: E402
+                        CountingActor, RaisingActor, assert_fragments_equal,
+                        identities, make as make_generator, raises_within,
+                        slot, without_version)
 from reference import reference  # noqa: E402
 from rlplay.engine import (PolicyActor, RemoteTraceback,  # noqa: E402
                            RolloutTimeout, WorkerDied, WorkerError)
@@ -63,11 +63,7 @@ def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
                           n_per_batch=n_per_batch, **args)
 
 
-# how long the Ray actors of a test may take to start (generators.py)
-STARTED_BOUND = RAY_STARTED_BOUND
-
-
-def wait_started(feed, bound=STARTED_BOUND):
+def wait_started(feed, bound=RAY_STARTED_BOUND):
     """Until every worker has started (a worker that starts first would
     fill the batches alone meanwhile: it holds fewer requests)."""
     deadline = time.monotonic() + bound
@@ -279,7 +275,7 @@ def test_hung_env_times_out():
     assert not actors_of(feed)  # killed at once, hung or not
 
 
-@pytest.mark.timeout(2 * STARTED_BOUND + 60)
+@pytest.mark.timeout(2 * RAY_STARTED_BOUND + 60)
 def test_restart_replaces_a_killed_actor():
     """``restarts=1``: the killed actor's worker gets a new actor (another
     process), whose fragments go on from the last sequence number received,
@@ -288,11 +284,11 @@ def test_restart_replaces_a_killed_actor():
     worker's restart count) for the replacement's fragments, which are
     the reference's of generation 1."""
     # the replacement is a new Ray actor process (nice 15, importing
-    # torch): its start gets STARTED_BOUND, here and in the library
+    # torch): its start gets RAY_STARTED_BOUND, here and in the library
     # (start_timeout); what is checked is the order and the generations
     # across the restart, not how soon Ray starts a process
     feed = make(n_buffers=4, n_per_batch=2, restarts=1, restart_delay=0.1,
-                start_timeout=STARTED_BOUND)
+                start_timeout=RAY_STARTED_BOUND)
     seen, fragments = [], {}
 
     def take(batch):
@@ -306,7 +302,7 @@ def test_restart_replaces_a_killed_actor():
             take(batch)
         old, before = feed.pids[1], len(seen)
         os.kill(old, signal.SIGKILL)
-        deadline = time.monotonic() + STARTED_BOUND
+        deadline = time.monotonic() + RAY_STARTED_BOUND
         # until the replacement has delivered three fragments (two more
         # may be the killed one's, finished before it died)
         while sum(w == 1 for w, _ in seen[before:]) < 3 + 2:
@@ -352,22 +348,22 @@ def test_restart_replaces_a_killed_actor():
                                without_version(ref))
 
 
-@pytest.mark.timeout(2 * STARTED_BOUND + 60)
+@pytest.mark.timeout(2 * RAY_STARTED_BOUND + 60)
 def test_waiting_out_the_restart_delay_is_no_stall():
     """The only worker's actor is killed and its replacement starts only
     after ``restart_delay`` > ``timeout``: next() waits for it (then
     ``start_timeout`` for its start) instead of raising RolloutTimeout."""
-    # the replacement's start gets STARTED_BOUND (a new Ray actor at nice
+    # the replacement's start gets RAY_STARTED_BOUND (a new Ray actor at nice
     # 15: under two CPU hogs START was not enough, once); the point is
     # that restart_delay > timeout is waited out, not how soon Ray starts
     feed = make(n_actors=1, restarts=1, restart_delay=2.0, timeout=1.0,
-                start_timeout=STARTED_BOUND)
+                start_timeout=RAY_STARTED_BOUND)
     with feed:
         wait_started(feed)
         next(feed)
         old = feed.pids[0]
         os.kill(old, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0 + STARTED_BOUND
+        deadline = time.monotonic() + 2.0 + RAY_STARTED_BOUND
         while feed.pids[0] in (None, old):
             assert time.monotonic() < deadline, "no replacement"
             next(feed)

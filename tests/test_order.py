@@ -83,10 +83,6 @@ def assert_in_order(seen):
 # never delivers is an error, not a hang
 REPLACEMENT_BOUND = 300.0
 
-# the start of the cluster tests' Ray actors (start_timeout): see
-# generators.py (both cluster tests here timed out at START under two hogs)
-RAY_START = RAY_STARTED_BOUND
-
 
 def read_on(feed, at_least=30):
     """The batches of ``feed``: ``at_least``, then on until both workers
@@ -144,14 +140,14 @@ def test_multi_in_order_slow_and_fast_workers(tmp_path, start_method):
     assert {w for w, _ in seen} == {0, 1}
 
 
-@pytest.mark.timeout(RAY_START + REPLACEMENT_BOUND + 120)
+@pytest.mark.timeout(RAY_STARTED_BOUND + REPLACEMENT_BOUND + 120)
 def test_cluster_in_order_slow_and_fast_workers(ray_cluster, tmp_path):
     """As for multi, on the session's local Ray."""
     from rlplay.engine.rollout import cluster
     feed = cluster.rollout(
         slow_and_fast(tmp_path), CountingActor(), 4, 2, 1, 6, 3, entropy=0,
         restarts=1, restart_delay=0.05, timeout=BOUND,
-        start_timeout=RAY_START)
+        start_timeout=RAY_STARTED_BOUND)
     seen = []
     with feed:
         for batch in read_on(feed):
@@ -161,7 +157,7 @@ def test_cluster_in_order_slow_and_fast_workers(ray_cluster, tmp_path):
     assert {w for w, _ in seen} == {0, 1}
 
 
-@pytest.mark.timeout(RAY_START + 120)
+@pytest.mark.timeout(RAY_STARTED_BOUND + 120)
 def test_cluster_in_order_when_ray_reports_calls_out_of_order(
         ray_cluster, monkeypatch):
     """Ray does not promise that the results of one actor's calls become
@@ -192,7 +188,8 @@ def test_cluster_in_order_when_ray_reports_calls_out_of_order(
 
     monkeypatch.setattr(ray, "wait", wait)
     feed = cluster.rollout(CountingEnv, CountingActor(), 2, 2, 1, 8, 2,
-                           entropy=0, timeout=BOUND, start_timeout=RAY_START)
+                           entropy=0, timeout=BOUND,
+                           start_timeout=RAY_STARTED_BOUND)
     seen = []
     with feed:
         for batch in itertools.islice(feed, 40):
