@@ -35,8 +35,8 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 BOUND = 60.0  # on each wait below: a failure is an error, never a hang
 # on the replacement's first fragments after the node is lost: what rlplay
 # guarantees is that the lost worker is replaced and its replacement
-# delivers, not how fast Ray places and starts a new actor process. Ray
-# starts its worker processes at nice 15: on a two-core machine whose
+# delivers, not how fast Ray places and starts a new actor process. At
+# Ray's default nice 15 (here 0, below), on a two-core machine whose
 # cores are kept busy at nice 0, the replacement (a fresh interpreter that
 # imports torch) took over 60 s to start; the bound stays finite, so that
 # a replacement that never comes is an error, never a hang
@@ -222,8 +222,9 @@ def main():
         [HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     sys.path.insert(0, HERE)
     # a throw-away cluster on the loopback: no token to share; a lost node
-    # is declared dead after 3 missed checks of 0.5 s
-    os.environ.update(RAY_AUTH_MODE="disabled",
+    # is declared dead after 3 missed checks of 0.5 s; its workers run at
+    # this script's priority, not Ray's nice 15 (see conftest.py)
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_worker_niceness="0",
                       RAY_health_check_period_ms="500",
                       RAY_health_check_timeout_ms="500",
                       RAY_health_check_failure_threshold="3")

@@ -45,9 +45,9 @@ BOUND = 5.0
 START = 60.0
 # the bound on waits in the tests that check what is delivered, not how
 # soon a fault is reported (the library's default timeout): a Ray worker
-# runs at nice 15, and on a machine loaded by other work it can go
-# without CPU for longer than BOUND (seen once, under more than two
-# hogs' worth of load)
+# (at nice 15 by Ray's default; at nice 0 here, see conftest.py) on a
+# machine loaded by other work can go without CPU for longer than BOUND
+# (seen once, under more than two hogs' worth of load)
 STEADY = 60.0
 ENTROPY = 0
 

@@ -77,9 +77,9 @@ def assert_in_order(seen):
         last[worker] = seq
 
 
-# the killed worker's replacement delivers within this bound (Ray starts
-# its actors at nice 15: under CPU hogs a new actor process took over 60 s
-# to start; see cluster_nodes.py); still finite, so that a replacement that
+# the killed worker's replacement delivers within this bound (at Ray's
+# default nice 15, under CPU hogs a new actor process took over 60 s to
+# start; see cluster_nodes.py); still finite, so that a replacement that
 # never delivers is an error, not a hang
 REPLACEMENT_BOUND = 300.0
 
