@@ -15,8 +15,12 @@ _PERSISTENT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 # outlive a test by design, and are let off; below them, a process that
 # runs a Ray actor or task ("ray::RemoteWorker...") is not
 RAY_OBJECT_STORE = 200 * 2**20
-# the environment variable of the nice value that Ray runs its workers at
-RAY_NICENESS = "RAY_worker_niceness"
+# every Ray the tests start (this session's, cluster_nodes.py's nodes, the
+# notebooks' local ones) runs its actors at the tests' own priority: at
+# Ray's default, nice 15, a starting actor (importing torch) went without
+# CPU for minutes while other work kept both cores busy, and the tests
+# check what is delivered, not how Ray shares a loaded machine
+os.environ.setdefault("RAY_worker_niceness", "0")
 _RAY_ROOTS = set()
 _RAY_IDLE = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
@@ -129,21 +133,14 @@ def ray_cluster():
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([path] if path
                                                          else []))
-    # and run its actors at the tests' own priority: Ray's default, nice 15,
-    # left a starting actor (importing torch) without CPU for minutes while
-    # other work kept both cores busy, and the cluster tests check what is
-    # delivered, not how Ray shares a loaded machine
-    niceness = os.environ.get(RAY_NICENESS)
-    os.environ[RAY_NICENESS] = "0"
     try:
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  object_store_memory=RAY_OBJECT_STORE, log_to_driver=False)
     finally:
-        for name, value in (("PYTHONPATH", path), (RAY_NICENESS, niceness)):
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
+        if path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path
     _RAY_ROOTS.update(_direct_children(os.getpid()) - before)
     yield ray
     ray.shutdown()
