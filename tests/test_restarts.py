@@ -362,10 +362,10 @@ def check_single(fragments, generation):
         == [[0] * B] * LOST + [[generation] * B] * (len(fragments) - LOST)
 
 
-def run_evaluator(evaluator, actor, count=3, timeout=None):
+def run_evaluator(evaluator, actor, count=3):
     """``count`` requests, one after the other; returns the results.
 
-    ``result()`` waits by the evaluator's own bound by default: its
+    ``result()`` waits by the evaluator's own bound: its
     ``timeout`` (BOUND), plus ``start_timeout`` (START) while a replacement
     starts, which is what the library promises; a bound of BOUND alone
     failed once under two CPU hogs, while a spawned replacement imported
@@ -373,7 +373,7 @@ def run_evaluator(evaluator, actor, count=3, timeout=None):
     results = []
     for _ in range(count):
         version = evaluator.submit(actor)
-        result = evaluator.result(timeout=timeout)
+        result = evaluator.result()
         assert result.version == version
         results.append(result)
     return results
