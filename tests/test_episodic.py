@@ -438,6 +438,18 @@ def in_turn(feed, n_workers, bound=10_000):
             queues[int(batch.meta.worker[0])].append(batch)
         yield queue.pop(0)
 
+
+def noting_versions(batches, versions):
+    """``batches`` (one fragment each), each fragment's ``meta.version``
+    appended to ``versions[worker]`` as it passes (checking that a worker's
+    fragments come in ``meta.seq`` order, so the list is indexed by seq)."""
+    for batch in batches:
+        noted = versions[int(batch.meta.worker[0])]
+        assert int(batch.meta.seq[0]) == len(noted)
+        noted.append(int(batch.meta.version[0]))
+        yield batch
+
+
 @pytest.mark.filterwarnings("ignore:.*is set to None:UserWarning")
 @pytest.mark.filterwarnings("ignore:env_spec is None:UserWarning")
 def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
@@ -448,11 +460,13 @@ def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
     # episodes come from both workers whatever the machine's load
     feed = make("multi", varying_factory, CountingActor(), 4, 2, n_actors=2,
                 entropy=9, copy=True)
+    versions = {0: [], 1: []}  # worker: its fragments' versions, by seq
     with feed:
         dataset = episodic.record(
-            in_turn(feed, 2), "varying/rlplay-v0", 24, observation_space=
-            VaryingEnv().observation_space, action_space=VaryingEnv()
-            .action_space, algorithm_name="CountingActor")
+            noting_versions(in_turn(feed, 2), versions), "varying/rlplay-v0",
+            24, observation_space=VaryingEnv().observation_space,
+            action_space=VaryingEnv().action_space,
+            algorithm_name="CountingActor")
     assert dataset.total_episodes == 24
     loaded = minari.load_dataset("varying/rlplay-v0")
     assert loaded.total_episodes == 24
@@ -465,6 +479,7 @@ def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
         seed = column_seeds(9, 2, worker)[env - 2 * worker]
         want = brute_episodes(VaryingEnv(), seed, len(episodes),
                               hx_first=[0, 0], hx_reset=[0, 0])
+        start = 0  # the episode's first step in its column's stream
         for got, w in zip(episodes, want):
             np.testing.assert_array_equal(got.observations[:, 0], w["obs"])
             np.testing.assert_array_equal(got.actions, w["act"])
@@ -474,10 +489,14 @@ def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
                 w["terminated"]]
             assert got.truncations.tolist() == [False] * (L - 1) + [
                 w["truncated"]]
-            # multi publishes the parameters at every next(): versions 1, 2..
+            # the versions of the fragments (4 steps each) that hold the
+            # episode's first and last steps: not always 1 and up, since a
+            # worker may collect with v0 before the first next() publishes v1
             first, last = got.infos["version_first"], got.infos["version_last"]
             assert (first == first[0]).all() and (last == last[0]).all()
-            assert 1 <= first[0, 0] <= last[0, 0]
+            assert first[0, 0] == versions[worker][start // 4]
+            assert last[0, 0] == versions[worker][(start + L - 1) // 4]
+            start += L
 
 
 def test_record_needs_the_spaces():
