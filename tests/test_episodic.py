@@ -458,7 +458,8 @@ def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
     # one fragment per batch, fresh copies, taken from the two workers in
     # turn: which worker delivers first is the scheduler's, so that the 24
     # episodes come from both workers whatever the machine's load
-    feed = make("multi", varying_factory, CountingActor(), 4, 2, n_actors=2,
+    T = 4  # steps a fragment
+    feed = make("multi", varying_factory, CountingActor(), T, 2, n_actors=2,
                 entropy=9, copy=True)
     versions = {0: [], 1: []}  # worker: its fragments' versions, by seq
     with feed:
@@ -489,13 +490,13 @@ def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
                 w["terminated"]]
             assert got.truncations.tolist() == [False] * (L - 1) + [
                 w["truncated"]]
-            # the versions of the fragments (4 steps each) that hold the
+            # the versions of the fragments (T steps each) that hold the
             # episode's first and last steps: not always 1 and up, since a
             # worker may collect with v0 before the first next() publishes v1
             first, last = got.infos["version_first"], got.infos["version_last"]
             assert (first == first[0]).all() and (last == last[0]).all()
-            assert first[0, 0] == versions[worker][start // 4]
-            assert last[0, 0] == versions[worker][(start + L - 1) // 4]
+            assert first[0, 0] == versions[worker][start // T]
+            assert last[0, 0] == versions[worker][(start + L - 1) // T]
             start += L
 
 
