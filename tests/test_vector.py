@@ -196,6 +196,53 @@ def test_lost_calls_keep_every_invariant():
     assert len(lengths) == ends and lengths.min() >= 1
 
 
+class TenthEnv(EndsEnv):
+    """EndsEnv rewarding 0.1 a step: a float64 that float32 does not hold,
+    so that a return summed from the fragment's float32 rewards differs
+    from the sum of the rewards as the env gave them."""
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, 0.1, terminated, truncated, info
+
+
+class LateTenthVectorEnv(LateVectorEnv):
+    def __init__(self, k=4):
+        super().__init__(k)
+        self.envs = [TenthEnv() for _ in range(k)]
+
+
+def tenth_vector(k=4, mode="same_step"):
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+    return SyncVectorEnv([TenthEnv] * k,
+                         autoreset_mode=AutoresetMode[mode.upper()])
+
+
+@pytest.mark.parametrize("factory", [
+    TenthEnv, tenth_vector, functools.partial(tenth_vector, 8),
+    functools.partial(tenth_vector, mode="next_step"), LateTenthVectorEnv],
+    ids=["single-envs", "two-vector-sources", "one-vector-source",
+         "next-step", "lost-calls"])
+def test_a_return_is_the_float64_sum_of_the_rewards(factory):
+    """Every episode's return is 0.1 added up, in float64 and in order,
+    as many times as the episode has steps (episodes cut by fragment
+    boundaries, lost calls adding nothing), whatever the source."""
+    feed = same.rollout(factory, CountingActor(), 3, 8, entropy=5)
+    with feed:
+        fragments = copies(feed, 40)
+    n_episodes = 0
+    for f in fragments:
+        for ret, length in zip(*episode_stats(f)):
+            total = 0.0
+            for _ in range(int(length)):
+                total += 0.1
+            assert float(ret) == total, (ret, length)
+            # summing the float32 records would give another number
+            assert float(np.float32(0.1)) * length != total
+            n_episodes += 1
+    assert n_episodes > 30
+
+
 def reference_returns(f, value, value_final, gamma, lam):
     """Per column, returns and GAE of the acted rows of fragment ``f``,
     from its real transitions alone: a lost row is skipped (its action was

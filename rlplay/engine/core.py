@@ -424,13 +424,15 @@ _Step = namedtuple("_Step", "actor_in act_out info_out row row_next out "
 _Step.__doc__ = """What step ``t`` of a fragment reads and writes: the
 actor's input (torch row ``t``) and where its action and info go (torch),
 the numpy state rows ``t`` and ``t + 1``, the :class:`RowOut` the env batch
-writes, and the episode statistics of row ``t + 1``."""
+writes (with the context's running returns), and the episode statistics of
+row ``t + 1``."""
 
 
 class _Views:
-    """Per-row views of one buffer, made once so the loop only indexes."""
+    """Per-row views of one buffer, made once so the loop only indexes;
+    ``ep_return`` is the running returns the env batch adds to."""
 
-    def __init__(self, buffer):
+    def __init__(self, buffer, ep_return):
         npy, pyt = buffer
         T1, B = npy.state.fin.shape
         self.buffer = buffer
@@ -441,17 +443,17 @@ class _Views:
         final = [getitem(npy.final, t) for t in range(T1)]
         self.state, self.final = state, final
         self.ramp = np.arange(T1, dtype=np.int64)
-        # the rewards of a step as the envs gave them (float64): the
-        # returns add them up exactly, the fragment records them as float32
-        self.rew = np.zeros(B, np.float64)
+        # the env batch writes the fragment's float32 rewards and adds them,
+        # exactly as the envs gave them, to the running returns
         self.steps = [
             _Step(actor_in=rows[t], act_out=rows[t + 1].act,
                   info_out=self.actor[t], row=state[t], row_next=state[t + 1],
-                  out=RowOut(t=t, obs=state[t + 1].obs, rew=self.rew,
+                  out=RowOut(t=t, obs=state[t + 1].obs, rew=state[t + 1].rew,
                              fin=state[t + 1].fin,
                              truncated=npy.truncated[t + 1],
                              final=final[t + 1], info=getitem(npy.env, t),
-                             info_mask=getitem(npy.env_mask, t)),
+                             info_mask=getitem(npy.env_mask, t),
+                             ret=ep_return),
                   ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1])
             for t in range(T1 - 1)]
         # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
@@ -552,9 +554,11 @@ class Context:
         ``stats``), numpy arrays of shape ``(B, ...)``.
     hx : nested tensors
         The actor's state for ``last``.
-    ep_return, ep_length : ndarray, shape = (B,)
-        The running return (float64) and length of each env's current
-        episode.
+    ep_return : list of float
+        The running return of each env's current episode (Python floats:
+        the env batch adds the rewards to it, see ``RowOut.ret``).
+    ep_length : ndarray, shape = (B,)
+        The length of each env's current episode.
     seq : int
         The ``meta.seq`` of the next fragment.
     worker, generation : int
@@ -573,7 +577,7 @@ class Context:
         B = envs.n_envs
         self.last = suply(lambda a: np.zeros_like(a), _row_fields(npy, 0))
         self.hx = None
-        self.ep_return = np.zeros(B, np.float64)
+        self.ep_return = [0.0] * B
         self.ep_length = np.zeros(B, np.int64)
         self.seq, self.worker, self.generation = seq, worker, generation
         self.env_ids = (np.arange(B) if env_ids is None
@@ -588,7 +592,8 @@ class Context:
     def views(self, buffer):
         views = self._views.get(id(buffer))
         if views is None or views.buffer is not buffer:
-            views = self._views[id(buffer)] = _Views(buffer)
+            views = _Views(buffer, self.ep_return)
+            self._views[id(buffer)] = views
         return views
 
     def space_checks(self):
@@ -710,7 +715,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     _begin_fragment(npy, ctx)
     hx = ctx.hx
     copy_(pyt.hx, hx)
-    ep_return, rew = ctx.ep_return, views.rew
+    ep_return = ctx.ep_return
     # the columns stepped in this fragment (None: all), and those frozen
     # (sticky)
     live, frozen = None, []
@@ -739,8 +744,6 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         for j in frozen:
             _freeze(step.row, row_next, views.final[t], step.out.final, j)
         ended = envs.step(row_next.act, step.out, live, on_cast=on_cast)
-        np.copyto(row_next.rew, rew)
-        ep_return += rew
         if ended:
             _end_episodes(ended, step, ep_return, stepno, ramp, t)
             if checking and step.out.final is not None:
@@ -756,7 +759,6 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             if sticky:  # every env whose episode ended is frozen
                 frozen = np.flatnonzero(row_next.fin).tolist()
                 live = np.flatnonzero(~row_next.fin).tolist()
-                rew[frozen] = 0.0
             if not stateless:
                 np.copyto(fin_np, row_next.fin)
                 hx = actor.reset(hx, fin_at.clone())
@@ -793,10 +795,11 @@ def _end_episodes(ended, step, ep_return, stepno, ramp, t):
         ep_return[j] = 0.0
         stepno[t + 1:, j] = ramp[:T - t]
         return
+    step.ret[ended] = [ep_return[j] for j in ended]
+    for j in ended:
+        ep_return[j] = 0.0
     ended = np.array(ended)  # indexing by an array is cheaper than a list
-    step.ret[ended] = ep_return[ended]
     step.length[ended] = step.row.stepno[ended] + 1
-    ep_return[ended] = 0.0
     stepno[t + 1:, ended] = ramp[:T - t, None]
 
 

@@ -15,9 +15,10 @@ An :class:`EnvBatch` of ``B`` env columns offers:
 - ``step(act, out, live=None) -> ended``: step the ``live`` columns (all
   by default) with their actions of ``act`` and write the row ``out``
   (a :class:`RowOut`): observations, rewards, which columns ended an
-  episode and how, their true last observations and the env info; an
-  ended column is reset at once (``autoreset=True``) and ``out.obs`` gets
-  its reset observation. Returns the columns that ended, in order;
+  episode and how, their true last observations and the env info, and add
+  each reward to its column's running return (``out.ret``); an ended
+  column is reset at once (``autoreset=True``) and ``out.obs`` gets its
+  reset observation. Returns the columns that ended, in order;
 - ``close()``.
 
 Seeding (the tree is in :mod:`rlplay.engine.seeds`): each env is made
@@ -53,7 +54,8 @@ __all__ = [
 ]
 
 RowOut = namedtuple(
-    "RowOut", "t obs rew fin truncated final info info_mask")
+    "RowOut", "t obs rew fin truncated final info info_mask ret",
+    defaults=(None,))
 RowOut.__doc__ = """What one step of ``B`` env columns writes: numpy views,
 the env axis first.
 
@@ -62,9 +64,9 @@ t : int
 obs : nested arrays, shape = (B, ...)
     The observations after the step (the reset observation where an
     episode ended and the column was reset).
-rew : ndarray of float64, shape = (B,)
-    The rewards, exactly as the envs returned them (a scratch row: the
-    fragment records them as float32).
+rew : ndarray, shape = (B,)
+    The rewards (:func:`~rlplay.engine.core.collect` gives the fragment's
+    float32 row, which the actor reads at the next step).
 fin, truncated : ndarray of bool, shape = (B,)
     Set where an episode ended, and where that end was a truncation
     (``truncated`` may be ``None``: not recorded). Only ended columns are
@@ -74,6 +76,13 @@ final : nested arrays, shape = (B, ...), or None
 info, info_mask : dict
     ``{key: nested arrays (B, ...)}`` and ``{key: bool (B,)}`` of the env
     info keys to record (empty: none); only present keys are written.
+ret : list of float, or None
+    The running returns of the columns' episodes, owned by the caller
+    (which reads and clears an entry where an episode ends): each stepped
+    column's reward, exactly as its env returned it, is added to its
+    entry, so that a return is the float64 sum of the rewards, not of
+    their float32 records. A list of Python floats, since a single env's
+    reward is one already: the sum costs no numpy call per row.
 """
 
 
@@ -190,6 +199,8 @@ class EnvList(EnvBatch):
         self._integral = any(leaf.dtype.kind in "biu"
                              for leaf in flatten(example))
         self._act_kind = _act_kind(space_example(self.action_space), 0)
+        # (column, env) of every column, the loop of a step that steps all
+        self._columns = list(enumerate(self.envs))
 
     def __len__(self):
         return self.n_envs
@@ -211,26 +222,32 @@ class EnvList(EnvBatch):
                 _report_cast(on_cast, obs_out, j, obs, _reset_label(j, t))
 
     def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
-        envs, t = self.envs, out.t
-        acts = _env_actions(act, self._act_kind, self.n_envs)
-        obs_next, rew_next, fin_next = out.obs, out.rew, out.fin
-        truncated_next, final_next = out.truncated, out.final
-        keys = tuple(out.info_mask) if out.info_mask else ()
+        (t, obs_next, rew_next, fin_next, truncated_next, final_next,
+         info_next, info_mask, ret) = out  # one unpack: cheaper per row
+        kind = self._act_kind
+        acts = act if kind == _ACT_SCALARS else _env_actions(act, kind,
+                                                            self.n_envs)
+        # without the caller's returns, the rewards are added to a list
+        # that is dropped (cheaper than a test per column)
+        ret = ret if ret is not None else [0.0] * self.n_envs
+        keys = tuple(info_mask) if info_mask else ()
         write = self._write
         obs_shape = self._obs_shape if on_cast is None or \
             not self._integral else None
         ended = []
-        for j in range(self.n_envs) if live is None else live:
-            env = envs[j]
+        for j, env in self._columns if live is None else [
+                (j, self.envs[j]) for j in live]:
             result = env.step(acts[j])
             try:
                 obs, rew, terminated, truncated, info = result
             except (TypeError, ValueError):
                 check_step(env, result)  # raises a clear TypeError
                 raise
-            rew_next[j] = rew if type(rew) is float else reward(rew, j, t)
+            rew = rew if type(rew) is float else reward(rew, j, t)
+            rew_next[j] = rew
+            ret[j] += rew
             if keys:
-                _write_env_info(keys, info, out.info, out.info_mask, j)
+                _write_env_info(keys, info, info_next, info_mask, j)
             if terminated or truncated:
                 ended.append(j)
                 fin_next[j] = True

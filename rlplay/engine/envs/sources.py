@@ -77,16 +77,20 @@ class EnvConcat(EnvBatch):
                        on_cast=_shifted(on_cast, lo))
 
     def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
-        ended, lost = [], []
+        ended, lost, ret = [], [], out.ret
         for part, (lo, hi), part_out in zip(self.parts, self.bounds,
                                             self._split(out)):
             cols = None if live is None else [j - lo for j in live
                                               if lo <= j < hi]
             if cols is not None and not cols:
                 continue
+            if ret is not None:  # a list slice is a copy: copied back
+                part_out = part_out._replace(ret=ret[lo:hi])
             ended += [lo + j for j in part.step(
                 _slice(act, lo, hi), part_out, cols, autoreset=autoreset,
                 on_cast=_shifted(on_cast, lo))]
+            if ret is not None:
+                ret[lo:hi] = part_out.ret
             lost += [lo + j for j in part.lost]
         self.lost = lost
         return ended
@@ -119,6 +123,7 @@ def _slice(tree, lo, hi):
 
 
 def _slice_row(out, lo, hi):
+    # without `ret`: a list's slice is a copy, made at each step instead
     return RowOut(t=out.t, obs=_slice(out.obs, lo, hi), rew=out.rew[lo:hi],
                   fin=out.fin[lo:hi], truncated=_slice(out.truncated, lo, hi),
                   final=_slice(out.final, lo, hi),

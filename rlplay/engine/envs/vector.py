@@ -39,6 +39,8 @@ child; an EnvPool env is seeded when it is made (a factory that takes
 A source steps all its columns at every call: it cannot leave one
 unstepped, so ``sticky=True`` is refused with it (:attr:`can_freeze`).
 """
+import operator
+
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
@@ -177,7 +179,7 @@ class VectorSource(EnvBatch):
             raise
         terminated = _flags(terminated, k, self.name, "terminated")
         truncated = _flags(truncated, k, self.name, "truncated")
-        _rewards(rew, out.rew, k, self.name, t)
+        rew = _rewards(rew, k, self.name, t)
         pending = self.pending if self._pending else None
         ends = terminated | truncated
         any_end = ends.any()
@@ -191,12 +193,15 @@ class VectorSource(EnvBatch):
             self._write_info(info, out, ends, pending)
         if pending is not None:  # reset observations no action led to
             np.logical_or(out.fin, pending, out=out.fin)
-            np.copyto(out.rew, 0.0, where=pending)
+            rew = np.where(pending, 0.0, rew)  # no reward either
             self.lost = np.flatnonzero(pending).tolist()
             pending[:] = False
             self._pending = False
         else:
             self.lost = []
+        np.copyto(out.rew, rew)
+        if out.ret is not None:  # in place: the list is the caller's
+            out.ret[:] = map(operator.add, out.ret, rew.tolist())
         if not any_end:
             return []
         np.logical_or(out.fin, ends, out=out.fin)
@@ -343,19 +348,20 @@ def _flags(value, k, name, what):
     return value.astype(bool, copy=False)
 
 
-def _rewards(value, out, k, name, t):
+def _rewards(value, k, name, t):
+    """The ``k`` rewards of a step as float64 (the source's array as it is
+    when it is one)."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         if value.shape != (k,):
             raise ValueError(f"{name}.step() returned rewards of shape "
                              f"{value.shape} for its num_envs={k} envs")
-        np.copyto(out, value, casting="unsafe")
-        return
+        return value.astype(np.float64, copy=False)
     value = np.asarray(value, dtype=object).reshape(-1)
     if value.shape != (k,):
         raise ValueError(f"{name}.step() returned {value.size} rewards for "
                          f"its num_envs={k} envs")
-    for j, r in enumerate(value.tolist()):
-        out[j] = reward(r, j, t)
+    return np.array([reward(r, j, t) for j, r in enumerate(value.tolist())],
+                    np.float64)
 
 
 def _copy_rows(dst, src, n):
