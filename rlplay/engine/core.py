@@ -554,9 +554,10 @@ class Context:
         ``stats``), numpy arrays of shape ``(B, ...)``.
     hx : nested tensors
         The actor's state for ``last``.
-    ep_return : list of float
-        The running return of each env's current episode (Python floats:
-        the env batch adds the rewards to it, see ``RowOut.ret``).
+    ep_return : list of float, or ndarray of float64
+        The running return of each env's current episode, from
+        ``envs.running_returns()``: the env batch adds the rewards to it
+        (see ``RowOut.ret``).
     ep_length : ndarray, shape = (B,)
         The length of each env's current episode.
     seq : int
@@ -577,7 +578,7 @@ class Context:
         B = envs.n_envs
         self.last = suply(lambda a: np.zeros_like(a), _row_fields(npy, 0))
         self.hx = None
-        self.ep_return = [0.0] * B
+        self.ep_return = envs.running_returns()
         self.ep_length = np.zeros(B, np.int64)
         self.seq, self.worker, self.generation = seq, worker, generation
         self.env_ids = (np.arange(B) if env_ids is None
@@ -795,10 +796,14 @@ def _end_episodes(ended, step, ep_return, stepno, ramp, t):
         ep_return[j] = 0.0
         stepno[t + 1:, j] = ramp[:T - t]
         return
-    step.ret[ended] = [ep_return[j] for j in ended]
-    for j in ended:
-        ep_return[j] = 0.0
+    if type(ep_return) is list:
+        step.ret[ended] = [ep_return[j] for j in ended]
+        for j in ended:
+            ep_return[j] = 0.0
     ended = np.array(ended)  # indexing by an array is cheaper than a list
+    if type(ep_return) is not list:
+        step.ret[ended] = ep_return[ended]
+        ep_return[ended] = 0.0
     step.length[ended] = step.row.stepno[ended] + 1
     stepno[t + 1:, ended] = ramp[:T - t, None]
 

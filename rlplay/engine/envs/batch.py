@@ -19,6 +19,9 @@ An :class:`EnvBatch` of ``B`` env columns offers:
   each reward to its column's running return (``out.ret``); an ended
   column is reset at once (``autoreset=True``) and ``out.obs`` gets its
   reset observation. Returns the columns that ended, in order;
+- ``running_returns()``: the zeroed running returns that ``step`` adds to
+  (a list of Python floats for single envs, a float64 array for a
+  batched source: the cheaper to add to, per reward or per row);
 - ``close()``.
 
 Seeding (the tree is in :mod:`rlplay.engine.seeds`): each env is made
@@ -76,13 +79,13 @@ final : nested arrays, shape = (B, ...), or None
 info, info_mask : dict
     ``{key: nested arrays (B, ...)}`` and ``{key: bool (B,)}`` of the env
     info keys to record (empty: none); only present keys are written.
-ret : list of float, or None
-    The running returns of the columns' episodes, owned by the caller
-    (which reads and clears an entry where an episode ends): each stepped
-    column's reward, exactly as its env returned it, is added to its
-    entry, so that a return is the float64 sum of the rewards, not of
-    their float32 records. A list of Python floats, since a single env's
-    reward is one already: the sum costs no numpy call per row.
+ret : list of float, or ndarray of float64, or None
+    The running returns of the columns' episodes (made by the batch's
+    :meth:`EnvBatch.running_returns`), owned by the caller, which reads
+    and clears an entry where an episode ends: each stepped column's
+    reward, exactly as its env returned it, is added to its entry, so
+    that a return is the float64 sum of the rewards, not of their float32
+    records.
 """
 
 
@@ -111,6 +114,13 @@ class EnvBatch:
     # the columns whose last step was a lost call (see envs.vector): their
     # row holds a reset observation that no executed action led to
     lost = ()
+
+    def running_returns(self):
+        """The zeroed running returns of the columns, for ``RowOut.ret``:
+        a float64 array here (a batched source adds a row at once); a list
+        of Python floats for an :class:`EnvList`, whose envs give one
+        reward at a time as Python floats (no numpy call per row)."""
+        return np.zeros(self.n_envs, np.float64)
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
         """Reset the columns ``at`` (all by default) and write their
@@ -204,6 +214,9 @@ class EnvList(EnvBatch):
 
     def __len__(self):
         return self.n_envs
+
+    def running_returns(self):
+        return [0.0] * self.n_envs
 
     def __iter__(self):
         return iter(self.envs)

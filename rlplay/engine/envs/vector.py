@@ -105,6 +105,9 @@ class VectorSource(EnvBatch):
         # next call is lost (the source resets them then)
         self.pending = np.zeros(self.n_envs, bool)
         self._pending = False  # any pending: the next call has lost ones
+        # a step's rewards as the source gave them (float64), for the
+        # returns; the fragment records them as float32
+        self._rew = np.zeros(self.n_envs, np.float64)
         self.lost = []
         example = space_example(observation_space)
         # the shape of batched observations of one array (else None)
@@ -179,7 +182,7 @@ class VectorSource(EnvBatch):
             raise
         terminated = _flags(terminated, k, self.name, "terminated")
         truncated = _flags(truncated, k, self.name, "truncated")
-        rew = _rewards(rew, k, self.name, t)
+        _rewards(rew, self._rew, k, self.name, t)
         pending = self.pending if self._pending else None
         ends = terminated | truncated
         any_end = ends.any()
@@ -193,15 +196,18 @@ class VectorSource(EnvBatch):
             self._write_info(info, out, ends, pending)
         if pending is not None:  # reset observations no action led to
             np.logical_or(out.fin, pending, out=out.fin)
-            rew = np.where(pending, 0.0, rew)  # no reward either
+            np.copyto(self._rew, 0.0, where=pending)  # no reward either
             self.lost = np.flatnonzero(pending).tolist()
             pending[:] = False
             self._pending = False
         else:
             self.lost = []
-        np.copyto(out.rew, rew)
-        if out.ret is not None:  # in place: the list is the caller's
-            out.ret[:] = map(operator.add, out.ret, rew.tolist())
+        np.copyto(out.rew, self._rew)
+        ret = out.ret
+        if type(ret) is np.ndarray:
+            ret += self._rew
+        elif ret is not None:  # in place: the list is the caller's
+            ret[:] = map(operator.add, ret, self._rew.tolist())
         if not any_end:
             return []
         np.logical_or(out.fin, ends, out=out.fin)
@@ -348,20 +354,20 @@ def _flags(value, k, name, what):
     return value.astype(bool, copy=False)
 
 
-def _rewards(value, k, name, t):
-    """The ``k`` rewards of a step as float64 (the source's array as it is
-    when it is one)."""
+def _rewards(value, out, k, name, t):
+    """The ``k`` rewards of a step into ``out`` (float64)."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         if value.shape != (k,):
             raise ValueError(f"{name}.step() returned rewards of shape "
                              f"{value.shape} for its num_envs={k} envs")
-        return value.astype(np.float64, copy=False)
+        np.copyto(out, value, casting="unsafe")
+        return
     value = np.asarray(value, dtype=object).reshape(-1)
     if value.shape != (k,):
         raise ValueError(f"{name}.step() returned {value.size} rewards for "
                          f"its num_envs={k} envs")
-    return np.array([reward(r, j, t) for j, r in enumerate(value.tolist())],
-                    np.float64)
+    for j, r in enumerate(value.tolist()):
+        out[j] = reward(r, j, t)
 
 
 def _copy_rows(dst, src, n):
