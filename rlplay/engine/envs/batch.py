@@ -81,7 +81,8 @@ info, info_mask : dict
     info keys to record (empty: none); only present keys are written.
 ret : list of float, or ndarray of float64, or None
     The running returns of the columns' episodes (made by the batch's
-    :meth:`EnvBatch.running_returns`), owned by the caller, which reads
+    :meth:`EnvBatch.running_returns`: an :class:`~.sources.EnvConcat`
+    gives each part a view of its array), owned by the caller, which reads
     and clears an entry where an episode ends: each stepped column's
     reward, exactly as its env returned it, is added to its entry, so
     that a return is the float64 sum of the rewards, not of their float32

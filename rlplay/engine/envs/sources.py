@@ -84,13 +84,13 @@ class EnvConcat(EnvBatch):
                                               if lo <= j < hi]
             if cols is not None and not cols:
                 continue
-            if ret is not None:  # an array's slice is a view
+            # the running returns are EnvBatch's array, whatever the parts:
+            # each part adds to a view of its columns
+            if ret is not None:
                 part_out = part_out._replace(ret=ret[lo:hi])
             ended += [lo + j for j in part.step(
                 _slice(act, lo, hi), part_out, cols, autoreset=autoreset,
                 on_cast=_shifted(on_cast, lo))]
-            if type(ret) is list:  # a list's slice is a copy: copied back
-                ret[lo:hi] = part_out.ret
             lost += [lo + j for j in part.lost]
         self.lost = lost
         return ended
@@ -123,7 +123,7 @@ def _slice(tree, lo, hi):
 
 
 def _slice_row(out, lo, hi):
-    # without `ret`: set at each step (a list's slice is a copy)
+    # without `ret`: set at each step, since the caller's may change
     return RowOut(t=out.t, obs=_slice(out.obs, lo, hi), rew=out.rew[lo:hi],
                   fin=out.fin[lo:hi], truncated=_slice(out.truncated, lo, hi),
                   final=_slice(out.final, lo, hi),

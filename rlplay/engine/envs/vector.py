@@ -39,8 +39,6 @@ child; an EnvPool env is seeded when it is made (a factory that takes
 A source steps all its columns at every call: it cannot leave one
 unstepped, so ``sticky=True`` is refused with it (:attr:`can_freeze`).
 """
-import operator
-
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
@@ -203,11 +201,9 @@ class VectorSource(EnvBatch):
         else:
             self.lost = []
         np.copyto(out.rew, self._rew)
-        ret = out.ret
-        if type(ret) is np.ndarray:
+        ret = out.ret  # an array (running_returns), added to in place
+        if ret is not None:
             ret += self._rew
-        elif ret is not None:  # in place: the list is the caller's
-            ret[:] = map(operator.add, ret, self._rew.tolist())
         if not any_end:
             return []
         np.logical_or(out.fin, ends, out=out.fin)
