@@ -796,14 +796,11 @@ def _end_episodes(ended, step, ep_return, stepno, ramp, t):
         ep_return[j] = 0.0
         stepno[t + 1:, j] = ramp[:T - t]
         return
-    if type(ep_return) is list:
-        step.ret[ended] = [ep_return[j] for j in ended]
-        for j in ended:
-            ep_return[j] = 0.0
+    # the running returns are a list or an array (running_returns)
+    step.ret[ended] = [ep_return[j] for j in ended]
+    for j in ended:
+        ep_return[j] = 0.0
     ended = np.array(ended)  # indexing by an array is cheaper than a list
-    if type(ep_return) is not list:
-        step.ret[ended] = ep_return[ended]
-        ep_return[ended] = 0.0
     step.length[ended] = step.row.stepno[ended] + 1
     stepno[t + 1:, ended] = ramp[:T - t, None]
 

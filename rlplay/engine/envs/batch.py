@@ -409,9 +409,9 @@ def _act_kind(example, n_leading):
 def _env_actions(act_row, kind, n_envs):
     """Per-env actions (``[j]``) that are not views of the buffer row, so
     that an env that edits its action in place (``np.clip(a, -1, 1,
-    out=a)``) or keeps it does not change what was recorded."""
-    if kind == _ACT_SCALARS:
-        return act_row
+    out=a)``) or keeps it does not change what was recorded. A row of
+    scalars needs none (``row[j]`` is a numpy scalar, a copy): the caller
+    hands it out as it is, without this call."""
     if kind == _ACT_ARRAYS:
         return act_row.copy()
     fresh = suply(_fresh_rows, act_row)

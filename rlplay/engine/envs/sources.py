@@ -48,15 +48,17 @@ class EnvConcat(EnvBatch):
         self.can_reset_columns = all(part.can_reset_columns
                                      for part in self.parts)
         self.lost = []
-        self._rows = {}  # id(out.obs) -> (out.obs, [each part's RowOut])
+        # id(out.obs) -> (out.obs, out.ret, [each part's RowOut])
+        self._rows = {}
 
     def _split(self, out):
         cached = self._rows.get(id(out.obs))
-        if cached is None or cached[0] is not out.obs:
-            cached = (out.obs, [_slice_row(out, lo, hi)
-                                for lo, hi in self.bounds])
+        if cached is None or cached[0] is not out.obs or \
+                cached[1] is not out.ret:
+            cached = (out.obs, out.ret, [_slice_row(out, lo, hi)
+                                         for lo, hi in self.bounds])
             self._rows[id(out.obs)] = cached
-        outs = cached[1]
+        outs = cached[2]
         if outs[0].t != out.t:
             outs = [o._replace(t=out.t) for o in outs]
         return outs
@@ -77,17 +79,13 @@ class EnvConcat(EnvBatch):
                        on_cast=_shifted(on_cast, lo))
 
     def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
-        ended, lost, ret = [], [], out.ret
+        ended, lost = [], []
         for part, (lo, hi), part_out in zip(self.parts, self.bounds,
                                             self._split(out)):
             cols = None if live is None else [j - lo for j in live
                                               if lo <= j < hi]
             if cols is not None and not cols:
                 continue
-            # the running returns are EnvBatch's array, whatever the parts:
-            # each part adds to a view of its columns
-            if ret is not None:
-                part_out = part_out._replace(ret=ret[lo:hi])
             ended += [lo + j for j in part.step(
                 _slice(act, lo, hi), part_out, cols, autoreset=autoreset,
                 on_cast=_shifted(on_cast, lo))]
@@ -123,12 +121,14 @@ def _slice(tree, lo, hi):
 
 
 def _slice_row(out, lo, hi):
-    # without `ret`: set at each step, since the caller's may change
+    # the running returns are EnvBatch's array, whatever the parts: each
+    # part adds to a view of its columns
     return RowOut(t=out.t, obs=_slice(out.obs, lo, hi), rew=out.rew[lo:hi],
                   fin=out.fin[lo:hi], truncated=_slice(out.truncated, lo, hi),
                   final=_slice(out.final, lo, hi),
                   info=_slice(out.info, lo, hi),
-                  info_mask=_slice(out.info_mask, lo, hi))
+                  info_mask=_slice(out.info_mask, lo, hi),
+                  ret=_slice(out.ret, lo, hi))
 
 
 def _shifted(on_cast, lo):
