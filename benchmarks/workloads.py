@@ -19,7 +19,8 @@ from rlplay.engine import BaseActorModule
 
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
            "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
-           "make_envpool", "MLPActor", "WORKLOADS", "Arrays", "hand_loop",
+           "make_envpool", "MLPActor", "PixelEnv", "NatureCNN", "CNNActor",
+           "PIXEL_SHAPE", "WORKLOADS", "Arrays", "hand_loop",
            "run_hand", "run_vector", "run_hand_vector", "run_bare_loop",
            "run_generator", "run_envs_alone", "run_source_alone",
            "run_actor_alone", "n_cores"]
@@ -105,6 +106,79 @@ class MLPActor(BaseActorModule):
 
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
         return self.sample(obs), (), {}
+
+
+PIXEL_SHAPE = (4, 84, 84)     # a stacked Atari observation (28,224 bytes)
+
+
+class PixelEnv(gymnasium.Env):
+    """A pixel env with Atari's observation layout and a cheap step.
+
+    Observations are ``(4, 84, 84)`` uint8 frames taken in turn from a bank
+    of ``n_frames`` random frames made at construction (the step itself
+    costs next to nothing, so what is timed is the copies and the actor);
+    six actions; episodes are truncated after ``length`` steps, so that the
+    final observations are written now and then.
+    """
+
+    observation_space = spaces.Box(0, 255, PIXEL_SHAPE, np.uint8)
+    action_space = spaces.Discrete(6)
+
+    def __init__(self, length=400, n_frames=16):
+        rng = np.random.default_rng(0)
+        self.frames = rng.integers(0, 256, (n_frames, *PIXEL_SHAPE),
+                                   dtype=np.uint8)
+        self.length, self.t = length, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frames[0], {}
+
+    def step(self, action):
+        self.t += 1
+        return (self.frames[self.t % len(self.frames)], 1.0, False,
+                self.t >= self.length, {})
+
+
+class NatureCNN(nn.Module):
+    """The convolutional network of DQN's Nature paper over ``(4, 84, 84)``
+    uint8 frames (scaled to [0, 1] here), with a policy head of
+    ``n_actions`` logits and a value head."""
+
+    def __init__(self, n_actions=6):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 512), nn.ReLU())
+        self.policy = nn.Linear(512, n_actions)
+        self.value = nn.Linear(512, 1)
+
+    def forward(self, frames):
+        """``frames`` of shape ``(N, 4, 84, 84)`` uint8: logits ``(N,
+        n_actions)`` and values ``(N,)``."""
+        x = self.body(frames.float() / 255.0)
+        return self.policy(x), self.value(x).squeeze(-1)
+
+
+class CNNActor(BaseActorModule):
+    """A :class:`NatureCNN` sampling from a categorical; ``info`` holds the
+    value and the log-probability of the sampled action."""
+
+    def __init__(self, n_actions=6):
+        super().__init__()
+        self.net = NatureCNN(n_actions)
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        T, B = obs.shape[:2]
+        logits, value = self.net(obs.reshape(T * B, *obs.shape[2:]))
+        dist = torch.distributions.Categorical(logits=logits)
+        action = dist.sample()
+        return action.reshape(T, B), (), {
+            "value": value.reshape(T, B),
+            "logp": dist.log_prob(action).reshape(T, B)}
 
 
 # name: (factory, n_steps of a fragment, envs per actor call)

@@ -171,3 +171,28 @@ def test_soak_restarts_runs_and_reports(start_method):
     assert f"{start_method}: 60 batches" in out
     assert "restarts:" in out and "descriptors" in out
     assert "growth is judged over 200 batches" in out  # too short here
+
+
+def test_gpu_runs_dry_on_the_cpu_and_says_when_cuda_is_missing():
+    """``gpu.py --device cpu`` runs every section (a dry run: the numbers
+    mean nothing there); without ``--device cpu`` and without CUDA it says
+    in one line that it needs CUDA."""
+    rows = json_rows(run("gpu.py", "--device", "cpu", "--quick", "--json"))
+    assert {"bandwidth/pinned", "bandwidth/pageable", "delivery/host",
+            "delivery/device", "delivery/copy", "train",
+            "inference/cnn.8", "inference/cnn.64", "inference/mlp.8",
+            "inference/mlp.64"} <= set(rows)
+    for name in ("delivery/host", "delivery/device"):
+        mid, low, high = rows[name]["steps_per_s"]
+        assert 0 < low <= mid <= high
+    assert rows["train"]["batches"] >= 3
+    if not torch_cuda_available():
+        out = run("gpu.py", "--quick")
+        assert out.strip().splitlines() == [
+            "benchmarks/gpu.py: needs CUDA, and this machine has none "
+            "(--device cpu runs it dry on the CPU)"]
+
+
+def torch_cuda_available():
+    import torch
+    return torch.cuda.is_available()

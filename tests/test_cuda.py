@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from envs import ENV_INFO, mixed_factory
-from generators import (CountingActor, assert_fragments_equal, make,
+from generators import (METHODS, CountingActor, assert_fragments_equal, make,
                         without_version)
 from rlplay.engine.nested import flatten
 from rlplay.engine.rollout import multi
@@ -111,3 +111,85 @@ def test_multi_collates_on_the_device():
                 assert torch.equal(meta.env[cols].cpu(), torch.arange(
                     worker * B, (worker + 1) * B))
                 assert torch.all(meta.seq[cols] == meta.seq[s * B])
+
+
+# ------------------------------------------- every start method, on a GPU --
+
+def _method_maker(kind, method, **kwargs):
+    """Fragments of 5 steps of 4 envs from one worker of ``kind``
+    (``single`` or ``multi``) started by ``method``."""
+    return make(kind, mixed_factory, CountingActor(), 5, 4, n_actors=1,
+                n_buffers=2, n_per_batch=1, entropy=7, env_info=ENV_INFO,
+                timeout=30.0, start_method=method, **kwargs)
+
+
+@needs_cuda
+@pytest.mark.parametrize("kwargs", [dict(device="cuda"), dict(pinned=True)],
+                         ids=["device", "pinned"])
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("kind", ["single", "multi"])
+def test_delivery_under_each_start_method(kind, method, kwargs):
+    """The batches on the device (or page-locked) equal the host batches of
+    the same run, whichever way the worker was started."""
+    host = _method_maker(kind, method)
+    other = _method_maker(kind, method, **kwargs)
+    with closing(host), closing(other):
+        for want, got in itertools.islice(zip(host, other), 6):
+            for x in flatten(got):
+                if "device" in kwargs:
+                    assert x.device.type == "cuda"
+                else:
+                    assert x.device.type == "cpu" and x.is_pinned()
+            got = type(got)(*[None if field is None else
+                              _to_cpu(field) for field in got])
+            assert_fragments_equal(without_version(got),
+                                   without_version(want))
+
+
+class CudaReportingActor(CountingActor):
+    """A :class:`CountingActor` whose info also says, per env, whether
+    CUDA was initialised in the process that called it."""
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        act, hx, info = super().step(stepno, obs, act, rew, fin, hx=hx,
+                                     virtual=virtual)
+        flag = float(torch.cuda.is_initialized())
+        info["cuda"] = torch.full(stepno.shape, flag)
+        return act, hx, info
+
+
+@needs_cuda
+@pytest.mark.parametrize("kind", ["single", "multi"])
+def test_cuda_is_never_initialised_in_a_forked_worker(kind):
+    """The learner uses CUDA before it forks its workers (the batches go to
+    the device): a forked child that touched CUDA would fail ("Cannot
+    re-initialize CUDA in forked subprocess"); the workers' actor sees CUDA
+    uninitialised in every row of every fragment."""
+    torch.zeros(1, device="cuda")  # the learner's CUDA, before the fork
+    assert torch.cuda.is_initialized()
+    feed = make(kind, mixed_factory, CudaReportingActor(), 5, 4,
+                n_actors=2, entropy=3, timeout=30.0, start_method="fork",
+                device="cuda")
+    with closing(feed):
+        for batch in itertools.islice(feed, 6):
+            assert batch.state.obs.device.type == "cuda"
+            assert not batch.actor["cuda"].any()
+
+
+@needs_cuda
+def test_repeated_device_runs_leave_the_device_memory_as_it_was():
+    """50 create / next / close cycles of ``multi.rollout(device='cuda')``
+    (one with ``copy=True``, one reusing its device batch, in turn) leave
+    ``torch.cuda.memory_allocated()`` where it was."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for cycle in range(50):
+        feed = multi.rollout(mixed_factory, CountingActor(), 5, 1, 4, 2, 1,
+                             entropy=cycle, device="cuda", timeout=30.0,
+                             copy=bool(cycle % 2))
+        with closing(feed):
+            batch = next(feed)
+            assert batch.state.obs.device.type == "cuda"
+        del batch, feed
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
