@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness import print_json, stats
-from rlplay.engine.nested import flatten
+from rlplay.engine.nested import flatten, suply
 from rlplay.engine.rollout import multi
 from rlplay.engine.rollout._delivery import Delivery
 from workloads import N_CPUS, CNNActor, NatureCNN, PixelEnv
@@ -102,22 +102,6 @@ def feed(args, **kwargs):
                          entropy=0, timeout=120.0, **kwargs)
 
 
-# ------------------------------------------------------------- bandwidth --
-
-def bandwidth(n_bytes, device, pinned, rounds):
-    """GB/s of host-to-device copies of one tensor of ``n_bytes``."""
-    clock = Clock(device)
-    host = torch.empty(n_bytes, dtype=torch.uint8, pin_memory=pinned)
-    target = torch.empty(n_bytes, dtype=torch.uint8, device=device)
-    target.copy_(host, non_blocking=pinned)  # warm-up
-    rates = []
-    for _ in range(rounds):
-        _, seconds = clock.time(lambda: target.copy_(host,
-                                                     non_blocking=pinned))
-        rates.append(n_bytes / seconds / 1e9)
-    return stats(rates)
-
-
 # -------------------------------------------------------------- delivery --
 
 def delivery_rows(args, device, pinned_ok):
@@ -149,24 +133,41 @@ def delivery_rows(args, device, pinned_ok):
     return results, size
 
 
-def copy_rate(args, device, rounds):
-    """GB/s of one batch of the delivery layout copied to the device by
-    ``Delivery`` (one non-blocking copy a leaf), and the batch's bytes."""
-    pinned = device.type == "cuda"
-    with closing(feed(args, pinned=pinned, copy=True)) as it:
+def copies(args, device, rounds):
+    """GB/s of host-to-device copies, the three kinds interleaved copy by
+    copy (so that each sees the same machine): one batch of the delivery
+    layout by ``Delivery`` (one non-blocking copy a leaf, from page-locked
+    memory), and one tensor of the same bytes from page-locked and from
+    pageable memory. Returns ``({kind: [GB/s]}, the per-round ratios of
+    the delivery to the page-locked tensor, the batch's bytes)``."""
+    cuda = device.type == "cuda"
+    with closing(feed(args, pinned=cuda, copy=True)) as it:
         host = next(it)
-    delivery, clock = Delivery(device if pinned else None), Clock(device)
-    if delivery.device is None:  # the dry run: a copy on the CPU
-        delivery = Delivery(copy=True)
-    delivery(host)
-    delivery.wait()
-    rates = []
-    for _ in range(rounds):
-        _, seconds = clock.time(lambda: delivery(host))
-        delivery.wait()
-        rates.append(batch_bytes(host) / seconds / 1e9)
+    n_bytes = batch_bytes(host)
+    clock = Clock(device)
+    delivery = Delivery(device) if cuda else Delivery(copy=True)
+    tensors = {kind: (torch.empty(n_bytes, dtype=torch.uint8,
+                                  pin_memory=pinned and cuda),
+                      torch.empty(n_bytes, dtype=torch.uint8, device=device))
+               for kind, pinned in (("pinned", True), ("pageable", False))}
+
+    def tensor_copy(kind):
+        source, target = tensors[kind]
+        return lambda: target.copy_(source, non_blocking=kind == "pinned")
+
+    work = {"delivery": lambda: delivery(host),
+            "pinned": tensor_copy("pinned"),
+            "pageable": tensor_copy("pageable")}
+    rates = {kind: [] for kind in work}
+    for round_ in range(rounds + 2):  # two rounds of warm-up
+        for kind, copy in work.items():
+            _, seconds = clock.time(copy)
+            delivery.wait()
+            if round_ >= 2:
+                rates[kind].append(n_bytes / seconds / 1e9)
     delivery.close()
-    return stats(rates), batch_bytes(host)
+    ratios = [d / p for d, p in zip(rates["delivery"], rates["pinned"])]
+    return rates, ratios, n_bytes
 
 
 # ----------------------------------------------------------------- train --
@@ -208,6 +209,17 @@ def train_rows(args, device):
             learner.step(batch)
         alone = [clock.time(lambda: learner.step(batch))[1]
                  for _ in range(args.rounds * 4)]
+        # the copy alone: this batch, back in page-locked host memory,
+        # delivered again as next() delivers it
+        cuda = device.type == "cuda"
+        host = suply(lambda x: x.cpu().pin_memory() if cuda else x.clone(),
+                     batch)
+        delivery = Delivery(device) if cuda else Delivery(copy=True)
+        copy = []
+        for _ in range(args.rounds * 4):
+            copy.append(clock.time(lambda: delivery(host))[1])
+            delivery.wait()
+        delivery.close()
         waits, steps, walls = [], [], []
         deadline = time.perf_counter() + args.seconds * args.rounds
         while time.perf_counter() < deadline or len(walls) < 3:
@@ -219,7 +231,8 @@ def train_rows(args, device):
             waits.append(toc - tic)
             steps.append(done - toc)
             walls.append(done - tic)
-    return {"step_alone": stats(alone), "next": stats(waits),
+    return {"copy": stats(copy), "step_alone": stats(alone),
+            "next": stats(waits),
             "step_in_loop": stats(steps), "wall": stats(walls),
             "batches": len(walls)}
 
@@ -306,6 +319,11 @@ def main(argv=None):
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--per-batch", type=int, default=4)
+    parser.add_argument("--copies", type=int, default=100,
+                        help="copies of each kind in the bandwidth section")
+    parser.add_argument("--sections", default="delivery,train,inference",
+                        help="a comma-separated subset of delivery (with "
+                        "the bandwidth), train, inference")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny run: 2 workers of 2 envs, 2 rounds "
                         "of 0.3 s, n in 8 and 64")
@@ -321,6 +339,11 @@ def main(argv=None):
     if args.quick:
         args.actors, args.envs, args.steps, args.per_batch = 2, 2, 8, 2
         args.rounds, args.seconds, args.sizes = 2, 0.3, (8, 64)
+        args.copies = 5
+    args.sections = set(args.sections.split(","))
+    unknown = args.sections - {"delivery", "train", "inference"}
+    if unknown:
+        parser.error(f"--sections: unknown {sorted(unknown)}")
     torch.set_num_threads(2)
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if cuda else "cpu (dry run)"
@@ -329,44 +352,56 @@ def main(argv=None):
           f"{args.steps} steps, {args.per_batch} a batch", flush=True)
     records = []
 
-    with torch.no_grad():
-        results, size = delivery_rows(args, device, pinned_ok=cuda)
-        (copy_mid, copy_lo, copy_hi), copied = copy_rate(
-            args, device, args.rounds * 4)
-        pinned_bw = bandwidth(copied, device, cuda, args.rounds * 4)
-        pageable_bw = bandwidth(copied, device, False, args.rounds * 4)
+    copy_mid = None
+    if "delivery" in args.sections:
+        with torch.no_grad():
+            rates, ratios, copied = copies(args, device, args.copies)
+        copy_mid = stats(rates["delivery"])[0]
+        print(f"\n## bandwidth, {copied / MB:.1f} MB host to device, "
+              f"{args.copies} copies of each kind interleaved (GB/s, "
+              f"median [min-max])")
+        for kind, label in (("pinned", "one tensor, page-locked"),
+                            ("pageable", "one tensor, pageable"),
+                            ("delivery", "a batch by Delivery")):
+            print(f"{label:<26} {fmt3(stats(rates[kind]), digits=2)}")
+            records.append({"name": f"bandwidth/{kind}",
+                            "gb_per_s": stats(rates[kind])})
+        share = stats(ratios)
+        print(f"Delivery's copy over the page-locked tensor's, per round: "
+              f"{fmt3(share, 100, width=4, digits=0)} %")
+        records.append({"name": "bandwidth/share", "ratio": share,
+                        "bytes": copied})
 
-    print(f"\n## bandwidth, one tensor of {copied / MB:.1f} MB (GB/s, "
-          f"median [min-max])")
-    print(f"page-locked  {fmt3(pinned_bw, digits=2)}")
-    print(f"pageable     {fmt3(pageable_bw, digits=2)}")
-    records += [{"name": "bandwidth/pinned", "gb_per_s": pinned_bw},
-                {"name": "bandwidth/pageable", "gb_per_s": pageable_bw}]
+        with torch.no_grad():
+            results, size = delivery_rows(args, device, pinned_ok=cuda)
+        print(f"\n## delivery: multi.rollout, batches of {size / MB:.1f} MB")
+        print(f"{'target':<8} {'steps/s [min-max]':<28} "
+              f"{'collate ms/batch':<24} MB/s to the learner")
+        for target, rounds in results.items():
+            rate, collate, mbps = (stats([r[i] for r in rounds])
+                                   for i in range(3))
+            print(f"{target:<8} {fmt3(rate, width=9, digits=0):<28} "
+                  f"{fmt3(collate, 1e3, width=6, digits=2):<24} "
+                  f"{fmt3(mbps, width=7, digits=0)}")
+            records.append({"name": f"delivery/{target}",
+                            "steps_per_s": rate, "collate_s": collate,
+                            "mb_per_s": mbps})
 
-    print(f"\n## delivery: multi.rollout, batches of {size / MB:.1f} MB")
-    print(f"{'target':<8} {'steps/s [min-max]':<28} "
-          f"{'collate ms/batch':<24} MB/s to the learner")
-    for target, rounds in results.items():
-        rate, collate, mbps = (stats([r[i] for r in rounds])
-                               for i in range(3))
-        print(f"{target:<8} {fmt3(rate, width=9, digits=0):<28} "
-              f"{fmt3(collate, 1e3, width=6, digits=2):<24} "
-              f"{fmt3(mbps, width=7, digits=0)}")
-        records.append({"name": f"delivery/{target}", "steps_per_s": rate,
-                        "collate_s": collate, "mb_per_s": mbps})
-    share = copy_mid / pinned_bw[0]
-    print(f"the copy of one batch by Delivery: {copy_mid:.2f} GB/s "
-          f"[{copy_lo:.2f}-{copy_hi:.2f}], {share:.0%} of the page-locked "
-          f"bandwidth of the same bytes")
-    records.append({"name": "delivery/copy", "gb_per_s": (copy_mid, copy_lo,
-                                                          copy_hi),
-                    "share_of_pinned": share, "bytes": copied})
+    if "train" in args.sections:
+        train_section(args, device, name, records)
+    if "inference" in args.sections:
+        inference_section(args, device, name, records)
+    if args.json:
+        print_json(records)
+    return 0
 
+
+def train_section(args, device, name, records):
     train = train_rows(args, device)
-    copy_ms = copied / (copy_mid * 1e9) * 1e3
+    copy_ms = train["copy"][0] * 1e3
     print(f"\n## train: the CNN on {name}, per batch "
           f"({train['batches']} batches; ms, median [min-max])")
-    print(f"copy alone              {copy_ms:8.2f}")
+    print(f"copy alone              {fmt3(train['copy'], 1e3, digits=2)}")
     print(f"training step alone     {fmt3(train['step_alone'], 1e3, digits=2)}")
     print(f"in the loop: next()     {fmt3(train['next'], 1e3, digits=2)}")
     print(f"in the loop: step       "
@@ -379,6 +414,8 @@ def main(argv=None):
                     "wait_for_copy_ms": excess * 1e3,
                     **{key: value for key, value in train.items()}})
 
+
+def inference_section(args, device, name, records):
     with torch.no_grad():
         rows = inference_rows(args, device)
     print(f"\n## inference: one call for n envs, on {name} (the round trip) "
@@ -396,9 +433,6 @@ def main(argv=None):
                         **row, "cores_replaced": cores})
     print("cores: the worker cores one device call replaces (cpu ms over "
           "device ms for the same n)")
-    if args.json:
-        print_json(records)
-    return 0
 
 
 if __name__ == "__main__":

@@ -178,8 +178,9 @@ def test_gpu_runs_dry_on_the_cpu_and_says_when_cuda_is_missing():
     mean nothing there); without ``--device cpu`` and without CUDA it says
     in one line that it needs CUDA."""
     rows = json_rows(run("gpu.py", "--device", "cpu", "--quick", "--json"))
-    assert {"bandwidth/pinned", "bandwidth/pageable", "delivery/host",
-            "delivery/device", "delivery/copy", "train",
+    assert {"bandwidth/pinned", "bandwidth/pageable", "bandwidth/delivery",
+            "bandwidth/share", "delivery/host",
+            "delivery/device", "train",
             "inference/cnn.8", "inference/cnn.64", "inference/mlp.8",
             "inference/mlp.64"} <= set(rows)
     for name in ("delivery/host", "delivery/device"):
