@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/overlap.py
 	$(BIN)/python benchmarks/episodes.py
 	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/gpu.py
 
 # TorchRL's prioritized sampler is a C++ extension that loads only with the
 # torch its wheel was built against (torchrl 0.14.1: torch 2.14.1), not with
