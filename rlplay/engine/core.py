@@ -111,8 +111,9 @@ ended env at its next call and ignores the action there. Where env ``j``'s
 episode ended at row ``t``, row ``t`` then holds its true last observation
 in ``obs`` (as in ``final``: the reset observation is not known yet), and
 row ``t + 1``, the lost call, holds the reset observation with ``fin =
-True``, ``rew = 0``, ``stepno = 0``, ``truncated = False``, no episode
-statistics and no env info: ``fin[t + 1]`` still means that ``obs[t + 1]``
+True``, ``rew = 0``, ``stepno = 0``, ``truncated = False``, ``final``
+a copy of that ``obs`` (no episode ended there), no episode statistics and
+no env info: ``fin[t + 1]`` still means that ``obs[t + 1]``
 starts the next episode, and the action recorded there (``act[t + 1]``,
 chosen at row ``t``) was never executed. Such a row, as a frozen one, is
 no transition: :func:`acted` is false there, and
@@ -753,6 +754,11 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         lost = envs.lost
         if lost:  # the new episodes start here (see the module docstring)
             stepno[t + 1:, lost] = ramp[:T - t, None]
+            if step.out.final is not None:
+                # no episode ended here: `final` is the observation itself,
+                # not what the reused buffer held (the end of fragment
+                # copies it only where `fin` is unset)
+                suply(_copy_at, step.out.final, row_next.obs, j=lost)
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
         hx = hx_next
@@ -886,7 +892,7 @@ def _final_label(t):
 
 
 def _copy_at(dst, src, *, j):
-    dst[j] = src[j]
+    dst[j] = src[j]  # `j` a column or a list of them
 
 
 def _freeze(row, row_next, final, final_next, j):
