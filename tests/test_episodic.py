@@ -13,8 +13,8 @@ from rlplay.engine.lanes import Lanes
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import episodic, same
 
-from envs import (ENV_INFO, SOURCES, EndlessEnv, StructuredEnv, VaryingEnv,
-                  flaky_factory, source_factory, varying_factory)
+from envs import (ENV_INFO, SOURCES, CountingEnv, EndlessEnv, StructuredEnv,
+                  VaryingEnv, flaky_factory, source_factory, varying_factory)
 from generators import CountingActor, make
 from reference import brute_episodes, column_seeds, reference
 
@@ -346,6 +346,21 @@ def test_an_episode_longer_than_max_length_is_dropped_and_counted():
     assert max(ep["length"] for ep in got) <= 6
     assert eps.stats["too_long"] > 0
 
+
+
+@pytest.mark.parametrize("max_length, too_long", [(3, 1), (4, 0)])
+def test_an_open_episode_is_dropped_as_soon_as_it_passes_max_length(
+        max_length, too_long):
+    """One batch of 4 steps of an episode that goes on: with 4 steps it is
+    too long for max_length=3 at once (not one step later, in the next
+    batch), and not for max_length=4."""
+    with same.rollout(CountingEnv, CountingActor(), 4, 1, entropy=0) as feed:
+        batches = [next(feed)]
+    eps = episodic.episodes(batches, 1, max_length=max_length)
+    with pytest.raises(StopIteration):
+        next(eps)
+    assert eps.stats["batches"] == 1
+    assert eps.stats["too_long"] == too_long
 
 # ------------------------------------------------------------- bad input --
 
