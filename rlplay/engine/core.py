@@ -78,14 +78,24 @@ count rows ``1..T`` only (row 0 repeats the previous fragment's row ``T``).
 The env gets its own copy of each action (see :mod:`rlplay.engine.envs`):
 an env that edits or keeps its action never changes ``state.act``.
 
+Out-of-bound continuous actions. Every ``Box`` action (a leaf of the action
+space) is clipped into its bounds before the env gets it, whatever
+``check_spaces`` says, and ``state.act`` records the clipped action, the
+one the env executed (:func:`rlplay.engine.envs.box_clipper`): a Gaussian
+policy samples outside its ``Box``, and not every env clips (MuJoCo's
+HalfCheetah charges its control cost on the action as given). The actor's
+``info`` (a ``logp``) was computed for the action it chose: where that
+action was clipped, a learner that needs the ``logp`` of the recorded
+action recomputes it, or the actor keeps its actions inside the ``Box``
+(squashing with ``tanh``, say). NaN is not clipped: the space checks
+report it.
+
 Space checks (``check_spaces``, see :func:`collect`): the actor's actions
 are checked against the action space before the envs get them, and the
 observations from ``reset`` and ``step`` against the observation space, as
 a vectorised ``space.contains`` (:func:`rlplay.engine.envs.space_checker`):
 ``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary`` 0/1,
-``Box`` NaN and bounds (bounds for observations only: policies sample
-outside a ``Box`` of actions and Gymnasium's envs clip them), integral
-values for integer spaces. By default this covers every step of the first
+``Box`` NaN and bounds, integral values for integer spaces. By default this covers every step of the first
 fragment that each :class:`Context` collects, as Gymnasium's passive env
 checker covers an env's first steps; later fragments pay nothing. A
 failure is a ``ValueError`` naming the env column ``j``, the step ``t``
@@ -590,6 +600,8 @@ class Context:
         self._fresh, self._reset_problem = False, None
         self._checks = None
         self._views = {}
+        # Box actions are clipped into their bounds before the env steps
+        self.clip_actions = _envs.box_clipper(envs.action_space)
 
     def views(self, buffer):
         views = self._views.get(id(buffer))
@@ -724,6 +736,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
+    clip = ctx.clip_actions
     checks = _begin_checks(ctx, views) if checking else None
     on_cast = _raise_cast if checking else None
     # the step counts of episodes that go on, for the whole fragment at
@@ -741,6 +754,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             _check_real_call(act, step.act_out, hx_next, hx, info, n_envs)
         copy_info(step.info_out, info)
         copy_act(step.act_out, act)
+        if clip is not None:  # recorded as the env executes it
+            clip(row_next.act)
         if checking:
             checks.action(row_next.act, t)
         for j in frozen:
@@ -987,6 +1002,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     row, npy = state.pyt, getitem(state.npy, 0)
     suply(np.copyto, npy.act, example.act)  # the placeholder, as startup
     checks = None if mode == "never" else _SpaceChecks(envs)
+    clip = _envs.box_clipper(envs.action_space)  # as collect clips
     envs.reset(npy.obs, seed_sequences,
                on_cast=None if checks is None else _raise_cast)
     if checks is not None:
@@ -1021,6 +1037,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         _check_real_call(act, row.act, hx_next, hx, info, n_envs)
         hx = hx_next
         copy_(row.act, act)
+        if clip is not None:
+            clip(npy.act)
         live = np.flatnonzero(active)
         if checking:
             checks.action(getitem(npy.act, live), t, live)
