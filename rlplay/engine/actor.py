@@ -123,9 +123,15 @@ def check_actor(actor):
     if not isinstance(actor, nn.Module) or not callable(
             getattr(actor, "step", None)) or not callable(
             getattr(actor, "reset", None)):
+        hint = ""
+        if isinstance(actor, nn.Module):
+            # a plain policy: the adapter is the fix nine times out of ten
+            hint = (f": a plain policy (observations in, logits or a "
+                    f"distribution out) becomes an actor as "
+                    f"PolicyActor({type(actor).__name__}(...))")
         raise TypeError(f"actor must be a torch.nn.Module with the actor "
                         f"API step(...)/reset(...) (see BaseActorModule), "
-                        f"got {type(actor).__name__}")
+                        f"got {type(actor).__name__}{hint}")
     if isinstance(actor, BaseActorModule):
         if type(actor).step is BaseActorModule.step:
             raise TypeError(f"actor {type(actor).__name__} does not "

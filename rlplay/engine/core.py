@@ -49,7 +49,11 @@ field                    shape            row ``t`` holds
 ``stats.length``         (1 + T, B) int64 where an episode ended at row
                                           ``t``: its length, else 0
 ``meta.version``         (B,) int64       the parameter version that
-                                          collected the fragment
+                                          collected the fragment: the
+                                          number of publications (the
+                                          generator's ``next()`` calls)
+                                          before it, whether or not the
+                                          parameters changed
 ``meta.worker``          (B,) int64       the worker that collected it
 ``meta.env``             (B,) int64       the global index of the env
                                           column
@@ -396,8 +400,12 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
     _check_counts(n_steps, n_envs)
     example = _state_example(env)
     row = torchify(example, 1, n_envs)
-    with torch.no_grad():
-        act, hx, info = actor.step(*row, hx=None, virtual=True)
+    try:
+        with torch.no_grad():
+            act, hx, info = actor.step(*row, hx=None, virtual=True)
+    except Exception as exc:
+        _add_note(exc, _probe_note(actor, row.obs, env.observation_space))
+        raise
     _check_action(act, row.act)
     _check_info(info, n_envs)
     hx0 = _initial_hx(actor, row)
@@ -422,6 +430,26 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
                    n_envs),
     )
     return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
+
+
+def _probe_note(actor, obs, space):
+    """What a failure of the probe call was doing (see :func:`prepare`)."""
+    shapes = suply(lambda x: f"{tuple(x.shape)} {x.dtype}", obs)
+    return (f"(raised while rlplay probed the actor {type(actor).__name__} "
+            f"on one row of observations laid out as the env's first "
+            f"observation, {shapes} for the observation space {space!r}, to "
+            f"size the buffers: does the policy take inputs of that size "
+            f"and dtype?)")
+
+
+def _add_note(exc, note):
+    # the exception is raised as it is, with a note where Python has them
+    # (PEP 678, 3.11) and else with the note in its message when it has
+    # one plain string argument
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    elif len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} {note}",)
 
 
 def _row_fields(fragment, t):
