@@ -47,8 +47,8 @@ keyword             default    meaning
                                batches); ``False``, the fast path: yield
                                the generator's reused batch, valid only
                                until the next ``next()`` (a copy costs
-                               about 0.2% of collection on CartPole and 1%
-                               on 84x84x4 frames)
+                               about 0.2% of collection on CartPole and 1
+                               to 3% on 84x84x4 frames)
 ``check_spaces``    'first'    check actions and observations against their
                                spaces during each worker's first fragment
                                (``'first'``), every step (``'always'``) or
