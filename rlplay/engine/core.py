@@ -98,13 +98,13 @@ Space checks (``check_spaces``, see :func:`collect`): the actor's actions
 are checked against the action space before the envs get them, and the
 observations from ``reset`` and ``step`` against the observation space, as
 a vectorised ``space.contains`` (:func:`rlplay.engine.envs.space_checker`):
-``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary`` 0/1,
-``Box`` NaN and bounds, integral values for integer spaces. By default this covers every step of the first
-fragment that each :class:`Context` collects, as Gymnasium's passive env
-checker covers an env's first steps; later fragments pay nothing. A
-failure is a ``ValueError`` naming the env column ``j``, the step ``t``
-within the fragment and the value, e.g. ``env 3 step 5: the actor's action
-7 is outside the action space Discrete(3)``.
+``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary``
+0/1, ``Box`` NaN and bounds, integral values for integer spaces. By default
+this covers every step of the first fragment that each :class:`Context`
+collects, as Gymnasium's passive env checker covers an env's first steps;
+later fragments pay nothing. A failure is a ``ValueError`` naming the env
+column ``j``, the step ``t`` within the fragment and the value, e.g. ``env
+3 step 5: the actor's action 7 is outside the action space Discrete(3)``.
 
 With ``sticky=True`` an env whose episode ends at row ``t`` is not stepped
 again in this fragment: every later row ``t' > t`` of that env repeats row

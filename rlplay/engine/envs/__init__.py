@@ -24,7 +24,8 @@ __all__ = [
     "check_step",
     "close_envs", "make_envs", "reset", "reward",
     "EnvConcat", "as_batch", "check_columns", "make_batch",
-    "box_clipper", "format_value", "info_example", "space_checker", "space_example",
+    "box_clipper", "format_value", "info_example", "space_checker",
+    "space_example",
     "space_placeholder",
     "EnvPoolSource", "VectorSource", "is_envpool",
 ]

@@ -45,8 +45,8 @@ from ._params import cpu_copy
 from ._resume import buffer_layout
 
 __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
-           "spell_out",
-           "Closing", "Breakable", "Generator", "Status", "Stats", "STATS_KEYS",
+           "spell_out", "Closing", "Breakable", "Generator", "Status",
+           "Stats", "STATS_KEYS",
            "probe_layout", "worker_spec", "check_arguments", "Deadline",
            "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
