@@ -119,3 +119,28 @@ class Zero(BaseActorModule):
 
     def reset(self, hx, at):
         return ()
+
+
+def test_the_stats_are_what_their_table_says():
+    """Every key of STATS_KEYS is in the table of rlplay.engine.rollout;
+    21 batches without training end at version 20 (next() calls, not
+    updates), the times are cumulative and steps_per_s_collect is steps
+    per (summed) collecting second."""
+    import rlplay.engine.rollout as package
+    from rlplay.engine.rollout import STATS_KEYS
+
+    table = package.__doc__[package.__doc__.index("key    "):]
+    for key in STATS_KEYS:
+        assert f"``{key}``" in table, key
+    collected = []
+    with same.rollout(CARTPOLE, PolicyActor(nn.Linear(4, 2)), 4, 2,
+                      entropy=0) as feed:
+        for _ in range(21):
+            batch = next(feed)
+            collected.append(feed.stats["time_collect"])
+    stats = feed.stats
+    assert stats["version"] == 20 and int(batch.meta.version[0]) == 20
+    assert collected == sorted(collected) and collected[0] > 0
+    assert stats["steps"] == 21 * 4 * 2
+    assert stats["steps_per_s_collect"] == stats["steps"] / stats[
+        "time_collect"]
