@@ -158,17 +158,18 @@ class StallingEnv(CountingEnv):
 
 
 class InPlaceEnv(gymnasium.Env):
-    """Box(-1, 1, (2,)) actions (or, with ``nested=True``, ``(Discrete(2),
-    Box(-1, 1, (2,)))``) that ``step`` clips *in place*
-    (``np.clip(a, -1, 1, out=a)``), as some envs and wrappers do (not with
-    ``clip=False``), and keeps: ``kept`` holds every action object it was
+    """Box(-inf, inf, (2,)) actions (or, with ``nested=True``,
+    ``(Discrete(2), Box(-inf, inf, (2,)))``), unbounded so that collection
+    clips nothing, that ``step`` clips *in place* (``np.clip(a, -1, 1,
+    out=a)``), as some envs and wrappers do (not with ``clip=False``), and
+    keeps: ``kept`` holds every action object it was
     given, ``seen`` a copy of each as it arrived. Observation = steps since
     reset; reward = the sum of the (clipped) action; never ends."""
 
     def __init__(self, nested=False, clip=True):
         self.observation_space = spaces.Box(-np.inf, np.inf, (1,),
                                             np.float32)
-        box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = spaces.Tuple((spaces.Discrete(2), box)) \
             if nested else box
         self.nested, self.clip = nested, clip

@@ -1,9 +1,12 @@
 """The actor API: signature checks, the default reset, PolicyActor."""
+import gymnasium
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from rlplay.engine import BaseActorModule, PolicyActor, check_actor
+from rlplay.engine.rollout import same
 
 EXPECTED = r"step\(self, stepno, obs, act, rew, fin, /, \*, hx, virtual\)"
 
@@ -280,7 +283,10 @@ NOT_AN_ACTOR = (r"^actor must be a torch.nn.Module with the actor API "
     (None, "NoneType"), (object(), "object"), (nn.Linear(2, 2), "Linear"),
     (lambda *args: None, "function"), (PolicyActor, "type")])
 def test_check_actor_rejects_non_actors(thing, name):
-    with pytest.raises(TypeError, match=NOT_AN_ACTOR + name + "$"):
+    # a plain module is told about the adapter
+    hint = r": a plain policy .* PolicyActor\(Linear\(\.\.\.\)\)" \
+        if name == "Linear" else ""
+    with pytest.raises(TypeError, match=NOT_AN_ACTOR + name + hint + "$"):
         check_actor(thing)
 
 
@@ -403,3 +409,54 @@ def test_policy_actor_calls_a_subclass_forward_and_hooks():
         "hook"))
     actor.step(*row(torch.zeros(1, 2, 4)), hx=(), virtual=False)
     assert calls == ["forward", "hook"]
+
+
+class Float64Env(gymnasium.Env):
+    """A float64 Box env (MuJoCo's observations): obs = [t, -t, 1] (plus
+    1e-12, which float32 does not hold), two actions, episodes of 5
+    steps."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (3,),
+                                             np.float64)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0, 0.0, 1.0]), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([self.t, -self.t, 1.0]) + 1e-12
+        return obs, 1.0, self.t == 5, False, {}
+
+
+@pytest.mark.parametrize("policy_dtype", [torch.float32, torch.float64])
+def test_policy_actor_casts_floating_observations_to_its_policy(
+        policy_dtype):
+    """float64 observations reach a float32 policy as float32 (and a
+    float64 policy as they are); the fragment keeps the env's float64."""
+    seen = []
+
+    class Recording(nn.Linear):
+        def forward(self, x):
+            seen.append(x.dtype)
+            return super().forward(x)
+
+    actor = PolicyActor(Recording(3, 2).to(policy_dtype))
+    with same.rollout(Float64Env, actor, 6, 2, entropy=0) as feed:
+        batch = next(feed)
+    assert batch.state.obs.dtype == torch.float64
+    assert batch.state.obs[1, 0, 0] == 1.0 + 1e-12  # recorded as given
+    assert set(seen) == {policy_dtype}
+    assert batch.actor["logp"].dtype == policy_dtype
+
+
+def test_policy_actor_leaves_integer_observations_and_agreeing_dtypes():
+    actor = PolicyActor(nn.Linear(3, 2))
+    obs = torch.zeros(1, 2, 3)
+    assert actor._cast(obs) is obs  # float32 for a float32 policy: no copy
+    pixels = torch.zeros(1, 2, 3, dtype=torch.uint8)
+    assert actor._cast(pixels) is pixels
+    nested = actor._cast({"x": obs.double(), "k": pixels})
+    assert nested["x"].dtype == torch.float32 and nested["k"] is pixels

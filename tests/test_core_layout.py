@@ -662,7 +662,8 @@ def test_nested_env_info_present_only_at_episode_ends():
 
 class StructuredActor(BaseActorModule):
     """Action (stepno % 3, [0.25, 0.5] * (pos[0] + 1)); reward therefore
-    ``stepno % 3 + 0.75 * (t + 1)``."""
+    ``stepno % 3 + 0.75 * (t + 1)`` while the Box action stays within
+    its bounds of +-1 (collection clips it there)."""
 
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
         scale = obs["pos"][..., :1] + 1
@@ -703,10 +704,11 @@ def test_dict_observations_and_tuple_actions():
     assert final["pair"][1][4, 0].tolist() == [0, 0, 1]
     assert final["pos"][3, 0].tolist() == [3, -3]  # elsewhere, obs itself
     # actions: a0 = stepno % 3 of the row before, a1 = [.25, .5] (t + 1)
+    # clipped into the Box(-1, 1) that the env executes and the row records
     assert act[0][:, 0].tolist() == [0, 0, 1, 2, 0, 0]
     assert act[1][:, 0].tolist() == [[0, 0], [0.25, 0.5], [0.5, 1.0],
-                                     [0.75, 1.5], [1.0, 2.0], [0.25, 0.5]]
-    assert npy.state.rew[:, 0].tolist() == [0, 0.75, 2.5, 4.25, 3.0, 0.75]
+                                     [0.75, 1.0], [1.0, 1.0], [0.25, 0.5]]
+    assert npy.state.rew[:, 0].tolist() == [0, 0.75, 2.5, 3.75, 2.0, 0.75]
     # env 1 ends at rows 2 and 4
     assert npy.state.fin[:, 1].tolist() == [1, 0, 1, 0, 1, 0]
     assert final["pos"][2, 1].tolist() == [2, -2]
@@ -754,20 +756,21 @@ def test_evaluate_plays_whole_episodes():
 def test_evaluate_handles_dict_observations_and_tuple_actions():
     from rlplay.engine.core import evaluate
 
-    # StructuredActor's reward at step t is t % 3 + 0.75 (t + 1): over an
-    # episode of 4 steps 0.75 + 2.5 + 4.25 + 3.0
+    # StructuredActor's reward at step t is t % 3 + 0.75 (t + 1) with its
+    # Box action clipped into +-1: over an episode of 4 steps 0.75 + 2.5 +
+    # 3.75 + 2.0 (as collect, evaluate clips)
     envs = [StructuredEnv(term_every=4), StructuredEnv(term_every=4)]
     returns, lengths = evaluate(envs, StructuredActor(), 4)
     assert lengths.tolist() == [4, 4, 4, 4]
-    assert returns.tolist() == [10.5, 10.5, 10.5, 10.5]
+    assert returns.tolist() == [9.0, 9.0, 9.0, 9.0]
 
 
 # -- what the env gets as its action ------------------------------------------
 
 class Outside(BaseActorModule):
     """Box actions ``[2 + k, -2 - k]`` at its ``k``-th real step (outside
-    [-1, 1], as a Gaussian policy's may be); with ``nested=True`` inside
-    a ``(Discrete(2), Box)`` tuple."""
+    the [-1, 1] that InPlaceEnv clips them into in place, itself); with
+    ``nested=True`` inside a ``(Discrete(2), Box)`` tuple."""
 
     def __init__(self, nested=False):
         super().__init__()

@@ -102,13 +102,29 @@ def test_multidiscrete_and_multibinary_actions():
                            at=[(0, 1)], dtype=torch.int8, shape=(3,)))
 
 
-def test_box_actions_may_leave_the_bounds_but_not_be_nan():
-    # a Gaussian policy samples outside a Box and Gymnasium's envs clip:
-    # bounds are not checked for actions, NaN is
+@pytest.mark.parametrize("check_spaces", ["first", "always", "never"])
+def test_box_actions_are_clipped_into_the_bounds_and_recorded_so(
+        check_spaces):
+    """A Gaussian policy samples outside its Box (actions of +-13 reached
+    HalfCheetah, which charges its control cost on the action as given):
+    every action is clipped before the env gets it, whatever
+    check_spaces says, and state.act records what the env executed."""
     envs = [SpacesEnv(BOX4, BOX4, constant(np.zeros(4))) for _ in range(2)]
-    buffer, _ = run(envs, Scripted(default=5.0, dtype=torch.float32,
-                                   shape=(4,)))
-    assert (buffer.npy.state.act[1:] == 5.0).all()
+    buffer, _ = run(envs, Scripted(default=13.0, bad=-13.0, at=[(2, 1)],
+                                   dtype=torch.float32, shape=(4,)),
+                    n_fragments=2, check_spaces=check_spaces)
+    act = buffer.npy.state.act
+    assert ((act[1:] == 1.0) | (act[1:] == -1.0)).all()
+    for env in envs:  # what the envs executed, step by step
+        assert all(np.array_equal(a, np.clip(a, -1, 1)) for a in env.actions)
+    # the one -13 (step 2 of the first fragment, env 1) reached env 1 as -1
+    assert np.array_equal(envs[1].actions[2], -np.ones(4, np.float32))
+    assert np.array_equal(envs[0].actions[2], np.ones(4, np.float32))
+    # the second fragment's rows are what env 1 executed after it
+    np.testing.assert_array_equal(act[1:, 1], np.stack(envs[1].actions[8:]))
+
+
+def test_nan_box_actions_are_refused_not_clipped():
     envs = [SpacesEnv(BOX4, BOX4, constant(np.zeros(4))) for _ in range(2)]
     with pytest.raises(ValueError, match=r"env 1 step 3: the actor's action "
                                          r"holds nan, outside the action "
@@ -116,6 +132,27 @@ def test_box_actions_may_leave_the_bounds_but_not_be_nan():
                                          r"float32\)"):
         run(envs, Scripted(default=0.0, bad=float("nan"), at=[(3, 1)],
                            dtype=torch.float32, shape=(4,)))
+
+
+def test_nested_box_actions_are_clipped_and_evaluate_clips_too():
+    class Wide(BaseActorModule):
+        def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+            shape = fin.shape
+            return (torch.full(shape, 2, dtype=torch.int64),
+                    torch.tensor([-5.0, 0.25]).expand(*shape, 2)), (), {}
+
+        def reset(self, hx, at):
+            return ()
+
+    envs = [StructuredEnv(), StructuredEnv()]
+    buffer, _ = run(envs, Wide())
+    discrete, box = buffer.npy.state.act
+    assert (discrete[1:] == 2).all()
+    assert (box[1:] == np.float32([-1.0, 0.25])).all()
+    # the reward is a0 + sum(a1) of the action the env executed
+    assert (buffer.npy.state.rew[1:] == np.float32(2 - 1.0 + 0.25)).all()
+    returns, lengths = evaluate([StructuredEnv()], Wide(), 1)
+    assert returns[0] == lengths[0] * (2 - 1.0 + 0.25)
 
 
 def test_nested_actions_name_the_leaf():

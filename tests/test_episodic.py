@@ -13,8 +13,8 @@ from rlplay.engine.lanes import Lanes
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import episodic, same
 
-from envs import (ENV_INFO, SOURCES, EndlessEnv, StructuredEnv, VaryingEnv,
-                  flaky_factory, source_factory, varying_factory)
+from envs import (ENV_INFO, SOURCES, CountingEnv, EndlessEnv, StructuredEnv,
+                  VaryingEnv, flaky_factory, source_factory, varying_factory)
 from generators import CountingActor, make
 from reference import brute_episodes, column_seeds, reference
 
@@ -189,11 +189,12 @@ def test_dict_observations_and_tuple_actions():
     assert pos.tolist() == [[0, 1, 2, 3]] * 4
     assert batch.obs["pair"][1].shape == (16, 3)
     assert batch.obs["pair"][1].dtype == torch.int8
-    # actions: (stepno % 3, [0.25, 0.5] * (t + 1)); rewards their sums
+    # actions: (stepno % 3, [0.25, 0.5] * (t + 1)) clipped into the Box's
+    # +-1, as executed; rewards their sums
     assert batch.act[0].reshape(4, 3).tolist() == [[0, 1, 2]] * 4
     assert batch.act[1][:3].tolist() == [[0.25, 0.5], [0.5, 1.0],
-                                         [0.75, 1.5]]
-    assert batch.rew[:3].tolist() == [0.75, 2.5, 4.25]
+                                         [0.75, 1.0]]
+    assert batch.rew[:3].tolist() == [0.75, 2.5, 3.75]
     assert batch.actor["flag"].reshape(4, 3).tolist() == [[0, 1, 0]] * 4
     check_packed_and_padded_agree(batch)
     pad = batch.padded()
@@ -346,6 +347,21 @@ def test_an_episode_longer_than_max_length_is_dropped_and_counted():
     assert max(ep["length"] for ep in got) <= 6
     assert eps.stats["too_long"] > 0
 
+
+
+@pytest.mark.parametrize("max_length, too_long", [(3, 1), (4, 0)])
+def test_an_open_episode_is_dropped_as_soon_as_it_passes_max_length(
+        max_length, too_long):
+    """One batch of 4 steps of an episode that goes on: with 4 steps it is
+    too long for max_length=3 at once (not one step later, in the next
+    batch), and not for max_length=4."""
+    with same.rollout(CountingEnv, CountingActor(), 4, 1, entropy=0) as feed:
+        batches = [next(feed)]
+    eps = episodic.episodes(batches, 1, max_length=max_length)
+    with pytest.raises(StopIteration):
+        next(eps)
+    assert eps.stats["batches"] == 1
+    assert eps.stats["too_long"] == too_long
 
 # ------------------------------------------------------------- bad input --
 

@@ -44,7 +44,7 @@ def counting(term_every=3, trunc_at=None):
 
 
 def test_yields_the_reused_buffer():
-    feed = same.rollout(counting(), Steady(), 4, 2, entropy=0)
+    feed = same.rollout(counting(), Steady(), 4, 2, entropy=0, copy=False)
     with closing(feed):
         first = next(feed)
         obs = first.state.obs.clone()
@@ -69,7 +69,8 @@ def test_copy_gives_independent_batches():
 
 
 def test_copies_equal_the_buffer():
-    with same.rollout(counting(), Steady(), 3, 2, entropy=5) as a, \
+    with same.rollout(counting(), Steady(), 3, 2, entropy=5,
+                      copy=False) as a, \
             same.rollout(counting(), Steady(), 3, 2, entropy=5,
                          copy=True) as b:
         for _ in range(3):
@@ -162,7 +163,8 @@ def test_options_pass_through():
 
 
 def test_cpu_device_yields_the_host_buffer():
-    with same.rollout(counting(), Steady(), 2, 1, device="cpu") as feed:
+    with same.rollout(counting(), Steady(), 2, 1, device="cpu",
+                      copy=False) as feed:
         assert next(feed) is feed.buffer.pyt
 
 

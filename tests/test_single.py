@@ -171,7 +171,7 @@ def test_mode_follows_the_learner():
 
 def test_reused_buffers_and_copies():
     actor = RuleActor()
-    with closing(single.rollout(CountingEnv, actor, T, B,
+    with closing(single.rollout(CountingEnv, actor, T, B, copy=False,
                                 start_method="fork")) as feed:
         batches = list(itertools.islice(feed, 4))
         assert feed.stats["batches"] == 4

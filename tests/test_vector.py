@@ -196,6 +196,24 @@ def test_lost_calls_keep_every_invariant():
     assert len(lengths) == ends and lengths.min() >= 1
 
 
+
+def test_same_and_single_agree_on_lost_calls_and_final_is_obs_there():
+    """A native next-step source: same and single with one entropy give
+    equal fragments, every field, over several batches (single fills two
+    buffers in turn, same one), and ``final`` at a lost call is a copy of
+    ``obs`` there (no episode ended: the layout's "else a copy of
+    ``obs[t]``"), not what the reused buffer held."""
+    got = {kind: run(kind, late_vector, 4, n=8) for kind in ("same",
+                                                            "single")}
+    n_lost = 0
+    for x, y in zip(got["single"], got["same"]):
+        assert_fragments_equal(without_version(x), without_version(y))
+        lost = (~acted(y)).clone()
+        lost[0] = False
+        n_lost += int(lost.sum())
+        assert torch.equal(y.final[lost], y.state.obs[lost])
+    assert n_lost > 4
+
 class TenthEnv(EndsEnv):
     """EndsEnv rewarding 0.1 a step: a float64 that float32 does not hold,
     so that a return summed from the fragment's float32 rewards differs

@@ -123,9 +123,15 @@ def check_actor(actor):
     if not isinstance(actor, nn.Module) or not callable(
             getattr(actor, "step", None)) or not callable(
             getattr(actor, "reset", None)):
+        hint = ""
+        if isinstance(actor, nn.Module):
+            # a plain policy: the adapter is the fix nine times out of ten
+            hint = (f": a plain policy (observations in, logits or a "
+                    f"distribution out) becomes an actor as "
+                    f"PolicyActor({type(actor).__name__}(...))")
         raise TypeError(f"actor must be a torch.nn.Module with the actor "
                         f"API step(...)/reset(...) (see BaseActorModule), "
-                        f"got {type(actor).__name__}")
+                        f"got {type(actor).__name__}{hint}")
     if isinstance(actor, BaseActorModule):
         if type(actor).step is BaseActorModule.step:
             raise TypeError(f"actor {type(actor).__name__} does not "
@@ -240,6 +246,16 @@ class PolicyActor(BaseActorModule):
     ``Normal`` over a ``Box``) ``logp`` keeps those dimensions: wrap it in
     :class:`torch.distributions.Independent` for one joint ``logp``.
 
+    Floating observations are cast to the dtype of the policy's
+    (first floating) parameters before the policy sees them, as
+    Stable-Baselines3 and CleanRL cast for their users: a ``float64``
+    ``Box`` (MuJoCo's) reaches a ``float32`` policy as ``float32``, and a
+    policy made ``double()`` gets ``float64``. Where the dtypes agree (a
+    ``float32`` ``Box`` and a ``float32`` policy) nothing is cast; integer
+    and bool observations (pixels, ``Discrete``) are left as they are, and
+    a policy without floating parameters gets the observations unchanged.
+    The recorded ``state.obs`` keeps the env's dtype.
+
     For logits, :meth:`step` samples with the operations of
     :class:`torch.distributions.Categorical` without building one (the
     object costs more than a small policy): the actions and ``logp`` are
@@ -269,7 +285,7 @@ class PolicyActor(BaseActorModule):
         return out, value
 
     def _policy(self, obs):
-        out = self.policy(obs)
+        out = self.policy(self._cast(obs))
         value = None
         if isinstance(out, tuple):
             out, value = out
@@ -301,6 +317,20 @@ class PolicyActor(BaseActorModule):
 
     def reset(self, hx, at):
         return ()
+
+    def _cast(self, obs):
+        """``obs`` with its floating leaves in the dtype of the policy's
+        parameters (see the Notes)."""
+        dtype = next((p.dtype for p in self.policy.parameters()
+                      if p.is_floating_point()), None)
+        if dtype is None:
+            return obs
+        if isinstance(obs, torch.Tensor):  # the common case, no walk
+            return obs.to(dtype) if obs.is_floating_point() \
+                and obs.dtype != dtype else obs
+        return suply(lambda x: x.to(dtype) if isinstance(x, torch.Tensor)
+                     and x.is_floating_point() and x.dtype != dtype else x,
+                     obs)
 
 
 def _sample_logits(logits, greedy=False):

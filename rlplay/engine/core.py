@@ -49,7 +49,11 @@ field                    shape            row ``t`` holds
 ``stats.length``         (1 + T, B) int64 where an episode ended at row
                                           ``t``: its length, else 0
 ``meta.version``         (B,) int64       the parameter version that
-                                          collected the fragment
+                                          collected the fragment: the
+                                          number of publications (the
+                                          generator's ``next()`` calls)
+                                          before it, whether or not the
+                                          parameters changed
 ``meta.worker``          (B,) int64       the worker that collected it
 ``meta.env``             (B,) int64       the global index of the env
                                           column
@@ -78,19 +82,29 @@ count rows ``1..T`` only (row 0 repeats the previous fragment's row ``T``).
 The env gets its own copy of each action (see :mod:`rlplay.engine.envs`):
 an env that edits or keeps its action never changes ``state.act``.
 
+Out-of-bound continuous actions. Every ``Box`` action (a leaf of the action
+space) is clipped into its bounds before the env gets it, whatever
+``check_spaces`` says, and ``state.act`` records the clipped action, the
+one the env executed (:func:`rlplay.engine.envs.box_clipper`): a Gaussian
+policy samples outside its ``Box``, and not every env clips (MuJoCo's
+HalfCheetah charges its control cost on the action as given). The actor's
+``info`` (a ``logp``) was computed for the action it chose: where that
+action was clipped, a learner that needs the ``logp`` of the recorded
+action recomputes it, or the actor keeps its actions inside the ``Box``
+(squashing with ``tanh``, say). NaN is not clipped: the space checks
+report it.
+
 Space checks (``check_spaces``, see :func:`collect`): the actor's actions
 are checked against the action space before the envs get them, and the
 observations from ``reset`` and ``step`` against the observation space, as
 a vectorised ``space.contains`` (:func:`rlplay.engine.envs.space_checker`):
-``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary`` 0/1,
-``Box`` NaN and bounds (bounds for observations only: policies sample
-outside a ``Box`` of actions and Gymnasium's envs clip them), integral
-values for integer spaces. By default this covers every step of the first
-fragment that each :class:`Context` collects, as Gymnasium's passive env
-checker covers an env's first steps; later fragments pay nothing. A
-failure is a ``ValueError`` naming the env column ``j``, the step ``t``
-within the fragment and the value, e.g. ``env 3 step 5: the actor's action
-7 is outside the action space Discrete(3)``.
+``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary``
+0/1, ``Box`` NaN and bounds, integral values for integer spaces. By default
+this covers every step of the first fragment that each :class:`Context`
+collects, as Gymnasium's passive env checker covers an env's first steps;
+later fragments pay nothing. A failure is a ``ValueError`` naming the env
+column ``j``, the step ``t`` within the fragment and the value, e.g. ``env
+3 step 5: the actor's action 7 is outside the action space Discrete(3)``.
 
 With ``sticky=True`` an env whose episode ends at row ``t`` is not stepped
 again in this fragment: every later row ``t' > t`` of that env repeats row
@@ -111,8 +125,9 @@ ended env at its next call and ignores the action there. Where env ``j``'s
 episode ended at row ``t``, row ``t`` then holds its true last observation
 in ``obs`` (as in ``final``: the reset observation is not known yet), and
 row ``t + 1``, the lost call, holds the reset observation with ``fin =
-True``, ``rew = 0``, ``stepno = 0``, ``truncated = False``, no episode
-statistics and no env info: ``fin[t + 1]`` still means that ``obs[t + 1]``
+True``, ``rew = 0``, ``stepno = 0``, ``truncated = False``, ``final``
+a copy of that ``obs`` (no episode ended there), no episode statistics and
+no env info: ``fin[t + 1]`` still means that ``obs[t + 1]``
 starts the next episode, and the action recorded there (``act[t + 1]``,
 chosen at row ``t``) was never executed. Such a row, as a frozen one, is
 no transition: :func:`acted` is false there, and
@@ -385,8 +400,12 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
     _check_counts(n_steps, n_envs)
     example = _state_example(env)
     row = torchify(example, 1, n_envs)
-    with torch.no_grad():
-        act, hx, info = actor.step(*row, hx=None, virtual=True)
+    try:
+        with torch.no_grad():
+            act, hx, info = actor.step(*row, hx=None, virtual=True)
+    except Exception as exc:
+        _add_note(exc, _probe_note(actor, row.obs, env.observation_space))
+        raise
     _check_action(act, row.act)
     _check_info(info, n_envs)
     hx0 = _initial_hx(actor, row)
@@ -411,6 +430,26 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
                    n_envs),
     )
     return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
+
+
+def _probe_note(actor, obs, space):
+    """What a failure of the probe call was doing (see :func:`prepare`)."""
+    shapes = suply(lambda x: f"{tuple(x.shape)} {x.dtype}", obs)
+    return (f"(raised while rlplay probed the actor {type(actor).__name__} "
+            f"on one row of observations laid out as the env's first "
+            f"observation, {shapes} for the observation space {space!r}, to "
+            f"size the buffers: does the policy take inputs of that size "
+            f"and dtype?)")
+
+
+def _add_note(exc, note):
+    # the exception is raised as it is, with a note where Python has them
+    # (PEP 678, 3.11) and else with the note in its message when it has
+    # one plain string argument
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    elif len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} {note}",)
 
 
 def _row_fields(fragment, t):
@@ -589,6 +628,8 @@ class Context:
         self._fresh, self._reset_problem = False, None
         self._checks = None
         self._views = {}
+        # Box actions are clipped into their bounds before the env steps
+        self.clip_actions = _envs.box_clipper(envs.action_space)
 
     def views(self, buffer):
         views = self._views.get(id(buffer))
@@ -723,6 +764,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
+    clip = ctx.clip_actions
     checks = _begin_checks(ctx, views) if checking else None
     on_cast = _raise_cast if checking else None
     # the step counts of episodes that go on, for the whole fragment at
@@ -740,6 +782,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             _check_real_call(act, step.act_out, hx_next, hx, info, n_envs)
         copy_info(step.info_out, info)
         copy_act(step.act_out, act)
+        if clip is not None:  # recorded as the env executes it
+            clip(row_next.act)
         if checking:
             checks.action(row_next.act, t)
         for j in frozen:
@@ -753,6 +797,11 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         lost = envs.lost
         if lost:  # the new episodes start here (see the module docstring)
             stepno[t + 1:, lost] = ramp[:T - t, None]
+            if step.out.final is not None:
+                # no episode ended here: `final` is the observation itself,
+                # not what the reused buffer held (the end of fragment
+                # copies it only where `fin` is unset)
+                suply(_copy_at, step.out.final, row_next.obs, j=lost)
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
         hx = hx_next
@@ -886,7 +935,7 @@ def _final_label(t):
 
 
 def _copy_at(dst, src, *, j):
-    dst[j] = src[j]
+    dst[j] = src[j]  # `j` a column or a list of them
 
 
 def _freeze(row, row_next, final, final_next, j):
@@ -981,6 +1030,7 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     row, npy = state.pyt, getitem(state.npy, 0)
     suply(np.copyto, npy.act, example.act)  # the placeholder, as startup
     checks = None if mode == "never" else _SpaceChecks(envs)
+    clip = _envs.box_clipper(envs.action_space)  # as collect clips
     envs.reset(npy.obs, seed_sequences,
                on_cast=None if checks is None else _raise_cast)
     if checks is not None:
@@ -1015,6 +1065,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         _check_real_call(act, row.act, hx_next, hx, info, n_envs)
         hx = hx_next
         copy_(row.act, act)
+        if clip is not None:
+            clip(npy.act)
         live = np.flatnonzero(active)
         if checking:
             checks.action(getitem(npy.act, live), t, live)

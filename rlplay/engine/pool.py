@@ -95,7 +95,7 @@ def _mib(nbytes):
 
 
 def check_capacity(nbytes, n_fds=0, *, what="the pool", path=SHM_DIR,
-                   worker_fds=0, start_method=None):
+                   worker_fds=0, start_method=None, hint=""):
     """Check up front that shared memory and file descriptors suffice.
 
     Parameters
@@ -114,6 +114,8 @@ def check_capacity(nbytes, n_fds=0, *, what="the pool", path=SHM_DIR,
     start_method : str, optional
         With ``'forkserver'``, ``worker_fds`` must also fit in what CPython's
         fork server can pass to a new process.
+    hint : str
+        Appended to the message about shared memory (another way out).
 
     Raises
     ------
@@ -125,7 +127,8 @@ def check_capacity(nbytes, n_fds=0, *, what="the pool", path=SHM_DIR,
         raise CapacityError(
             f"{what} needs {_mib(nbytes)} of shared memory but {path} has "
             f"only {_mib(free)} free: lower n_buffers, n_steps or the envs "
-            f"per worker, or enlarge {path} (docker run --shm-size=...)")
+            f"per worker, or enlarge {path} (docker run --shm-size=...)"
+            f"{hint}")
     limit = fd_limit()
     if limit is not None:
         have = open_fds()

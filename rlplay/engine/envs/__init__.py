@@ -12,18 +12,20 @@ EnvPool) API.
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
 """
-from .batch import (EnvBatch, EnvList, RowOut, cast_problem, check_step,
-                    close_envs, make_envs, reset, reward)
+from .batch import (EnvBatch, EnvList, RowOut, cast_problem, check_factory,
+                    check_step, close_envs, make_envs, reset, reward)
 from .sources import EnvConcat, as_batch, check_columns, make_batch
-from .spaces import (format_value, info_example, space_checker,
-                     space_example, space_placeholder)
+from .spaces import (box_clipper, format_value, info_example,
+                     space_checker, space_example, space_placeholder)
 from .vector import EnvPoolSource, VectorSource, is_envpool
 
 __all__ = [
-    "EnvBatch", "EnvList", "RowOut", "cast_problem", "check_step",
+    "EnvBatch", "EnvList", "RowOut", "cast_problem", "check_factory",
+    "check_step",
     "close_envs", "make_envs", "reset", "reward",
     "EnvConcat", "as_batch", "check_columns", "make_batch",
-    "format_value", "info_example", "space_checker", "space_example",
+    "box_clipper", "format_value", "info_example", "space_checker",
+    "space_example",
     "space_placeholder",
     "EnvPoolSource", "VectorSource", "is_envpool",
 ]

@@ -49,6 +49,7 @@ __all__ = [
     "EnvBatch",
     "EnvList",
     "make_envs",
+    "check_factory",
     "close_envs",
     "reset",
     "check_step",
@@ -450,9 +451,7 @@ def make_envs(factory, seed_sequences):
         Whatever ``factory`` raises, as it is. Envs already made are
         closed first.
     """
-    if not callable(factory):
-        raise TypeError(f"factory must be callable and return a Gymnasium "
-                        f"env, got {type(factory).__name__}")
+    check_factory(factory)
     pass_seed = _accepts_seed(factory)
     envs = []
     try:
@@ -485,6 +484,40 @@ def close_envs(envs, quiet=False):
             error = error or exc
     if error is not None and not quiet:
         raise error
+
+
+def check_factory(factory):
+    """Check that ``factory`` is callable, with a hint for an env made
+    already or an env id given in its place.
+
+    Raises
+    ------
+    TypeError
+        Naming what was given and, for an env or an env id, the factory
+        to pass instead.
+
+    Examples
+    --------
+    >>> check_factory("CartPole-v1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: factory must be callable ... functools.partial(gymnasium.make, 'CartPole-v1')
+    """
+    if callable(factory):
+        return
+    hint = ""
+    if isinstance(factory, str):
+        hint = (f": pass a function that makes the env, such as "
+                f"functools.partial(gymnasium.make, {factory!r})")
+    elif hasattr(factory, "step") and hasattr(factory, "reset"):
+        spec = getattr(getattr(factory, "unwrapped", factory), "spec", None)
+        name = getattr(spec, "id", None) or "ENV_ID"
+        hint = (f" (rlplay makes and seeds its own envs, several of them, "
+                f"in each worker): pass a function that makes one instead "
+                f"of an env, such as functools.partial(gymnasium.make, "
+                f"{name!r})")
+    raise TypeError(f"factory must be callable and return a Gymnasium env, "
+                    f"got {type(factory).__name__}{hint}")
 
 
 def _check_env(env, factory):

@@ -15,7 +15,7 @@ import gymnasium
 
 from ..seeds import reset_seed
 from .batch import (EnvBatch, EnvList, RowOut, _accepts_seed, _check_env,
-                    close_envs)
+                    check_factory, close_envs)
 from .vector import EnvPoolSource, VectorSource, is_envpool
 
 __all__ = ["EnvConcat", "make_batch", "as_batch", "check_columns"]
@@ -181,9 +181,7 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
         Whatever ``factory`` raises, as it is. What was made is closed
         first.
     """
-    if not callable(factory):
-        raise TypeError(f"factory must be callable and return a Gymnasium "
-                        f"env, got {type(factory).__name__}")
+    check_factory(factory)
     pass_seed = _accepts_seed(factory)
     n, col, made = len(seed_sequences), 0, []
     parts, singles = [], []

@@ -22,6 +22,7 @@ __all__ = [
     "space_example",
     "space_placeholder",
     "space_checker",
+    "box_clipper",
     "info_example",
     "format_value",
 ]
@@ -109,8 +110,8 @@ def space_checker(space, name="the value", space_name="the space", *,
         action"`` and ``"the action space"``.
     box_bounds : bool
         Check ``Box`` bounds (NaN is checked either way). Collection checks
-        actions without them: a Gaussian policy samples outside the bounds
-        of its ``Box`` and Gymnasium's continuous envs clip what they get.
+        actions without them: it clips them into their ``Box`` first
+        (:func:`box_clipper`).
 
     Returns
     -------
@@ -154,6 +155,70 @@ def space_checker(space, name="the value", space_name="the space", *,
         return None
 
     return check
+
+
+def box_clipper(space):
+    """Clip batches of actions into the ``Box`` leaves of ``space``, in
+    place.
+
+    A Gaussian policy samples outside the bounds of its ``Box``, and not
+    every env clips what it gets (MuJoCo's HalfCheetah computes its control
+    cost on the action as given), so collection clips every action into
+    its ``Box`` before the env gets it and records the clipped action, the
+    one the env executed (as Stable-Baselines3 clips in its policies and
+    CleanRL in a ``ClipAction`` wrapper, but recorded as executed). NaN is
+    left as it is, for the space checks to report.
+
+    Parameters
+    ----------
+    space : gymnasium.Space
+        Box, Discrete, MultiDiscrete, MultiBinary, or Dict/Tuple nestings.
+
+    Returns
+    -------
+    clip : callable or None
+        ``clip(batch)`` clips nested arrays laid out as the space, shape =
+        ``(N, *space.shape)`` per leaf, in place; ``None`` where ``space``
+        has no ``Box`` with a finite bound (nothing to clip).
+
+    Examples
+    --------
+    >>> clip = box_clipper(spaces.Box(-1.0, 1.0, (2,), np.float32))
+    >>> actions = np.array([[0.5, -13.0], [2.0, 1.0]], np.float32)
+    >>> clip(actions)
+    >>> actions
+    array([[ 0.5, -1. ],
+           [ 1. ,  1. ]], dtype=float32)
+    >>> box_clipper(spaces.Discrete(3)) is None
+    True
+    """
+    space_example(space)  # raises for unsupported spaces
+    boxes = []
+    _boxes(space, (), boxes)
+    if not boxes:
+        return None
+
+    def clip(batch):
+        for path, low, high in boxes:
+            x = batch
+            for key in path:
+                x = x[key]
+            np.clip(x, low, high, out=x)
+
+    return clip
+
+
+def _boxes(space, path, boxes):
+    """Append ``(path, low, high)`` per ``Box`` leaf with a finite bound."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            _boxes(sub, (*path, key), boxes)
+    elif isinstance(space, spaces.Tuple):
+        for k, sub in enumerate(space.spaces):
+            _boxes(sub, (*path, k), boxes)
+    elif isinstance(space, spaces.Box) and (
+            np.isfinite(space.low).any() or np.isfinite(space.high).any()):
+        boxes.append((path, space.low, space.high))
 
 
 def _leaf_tests(space, path, leaves, box_bounds):

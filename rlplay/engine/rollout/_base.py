@@ -19,12 +19,19 @@ running out, which leaves the request outstanding, as
 :meth:`concurrent.futures.Future.result` does.
 """
 import enum
+import inspect
 import math
 import numbers
 import time
+from typing import Optional, TypedDict, Union
 
 import numpy as np
 import torch
+
+try:  # Python >= 3.11
+    from typing import Unpack
+except ImportError:  # typing_extensions comes with torch and gymnasium
+    from typing_extensions import Unpack
 
 from ..actor import check_actor
 from ..core import (check_count, check_spaces_mode, check_sticky,
@@ -37,7 +44,9 @@ from ._collector import SessionSpec
 from ._params import cpu_copy
 from ._resume import buffer_layout
 
-__all__ = ["Closing", "Breakable", "Generator", "Status", "Stats", "STATS_KEYS",
+__all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
+           "spell_out", "Closing", "Breakable", "Generator", "Status",
+           "Stats", "STATS_KEYS",
            "probe_layout", "worker_spec", "check_arguments", "Deadline",
            "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
@@ -67,6 +76,65 @@ STATS_KEYS = frozenset({
     "time_worker_wait", "time_collate", "steps_per_s", "steps_per_s_collect",
     "returns", "lengths", "dropped", "version", "lag", "restarts",
     "workers"})
+
+
+class Keywords(TypedDict, total=False):
+    """The keywords every generator shares, documented once in
+    :mod:`rlplay.engine.rollout`; ``**kwargs: Unpack[Keywords]`` lets an
+    IDE complete them."""
+
+    entropy: Union[int, np.random.SeedSequence, None]
+    sticky: bool
+    env_info: Optional[dict]
+    final: bool
+    device: Union[str, torch.device, None]
+    pinned: bool
+    copy: bool
+    check_spaces: str
+    resume: Optional[dict]
+
+
+class WorkerKeywords(Keywords, total=False):
+    """:class:`Keywords` and those of the generators with workers."""
+
+    timeout: Optional[float]
+    start_timeout: Optional[float]
+    shutdown_timeout: Optional[float]
+    restarts: int
+    restart_delay: float
+    cpu_affinity: Union[str, list, None]
+
+
+class PoolKeywords(WorkerKeywords, total=False):
+    """:class:`WorkerKeywords` and ``max_lag``, of ``multi`` and
+    ``cluster``."""
+
+    max_lag: Optional[int]
+
+
+for _keywords in (Keywords, WorkerKeywords, PoolKeywords):
+    _keywords.__module__ = "rlplay.engine.rollout"
+
+
+def spell_out(function, defined_by):
+    """Show ``function``'s ``**kwargs`` as the keyword-only parameters of
+    ``defined_by`` (where they are defined, with their defaults), to
+    :func:`inspect.signature` and ``help()``; returns ``function``.
+
+    The keywords stay defined once; ``function`` annotates its ``**kwargs``
+    with ``Unpack`` of a :class:`Keywords` for static tools (PEP 692), and
+    its ``__signature__`` lists them for the rest.
+    """
+    signature = inspect.signature(function)
+    own = [p for p in signature.parameters.values()
+           if p.kind is not p.VAR_KEYWORD]
+    names = {p.name for p in own}
+    shared = [p.replace(annotation=p.empty)
+              for p in inspect.signature(defined_by).parameters.values()
+              if p.kind is p.KEYWORD_ONLY and p.name not in names]
+    function.__signature__ = signature.replace(
+        parameters=own + shared, return_annotation=signature.empty)
+    return function
 
 
 class Status(enum.Enum):
@@ -143,7 +211,8 @@ class Generator(Breakable):
 
 
 class Stats(dict):
-    """The statistics of a generator (a dict of :data:`STATS_KEYS`).
+    """The statistics of a generator (a dict of :data:`STATS_KEYS`, whose
+    table in :mod:`rlplay.engine.rollout` is the user's reference).
 
     ``steps`` (env steps delivered), ``batches``, ``time_wall`` (seconds
     since the first ``next()`` began), ``time_learner_wait`` (seconds
@@ -153,11 +222,13 @@ class Stats(dict):
     ``time_collate`` (seconds spent copying fragments into batches),
     ``steps_per_s`` (``steps / time_wall``: what the learner gets,
     training included), ``steps_per_s_collect`` (``steps /
-    time_collect``), ``returns`` and ``lengths`` of the episodes that
-    ended in the last batch, ``version`` (the parameter version of the
-    last ``next()``), ``lag`` (the largest ``version - meta.version`` in
-    the last batch), ``dropped`` (stale fragments dropped), ``restarts``
-    (workers replaced) and ``workers`` (one dict per worker).
+    time_collect``: per worker-second), ``returns`` and ``lengths`` of
+    the episodes that ended in the last batch, ``version`` (the parameter
+    version of the last ``next()``: the number of ``next()`` calls before
+    it, changed parameters or not), ``lag`` (the largest ``version -
+    meta.version`` in the last batch), ``dropped`` (stale fragments
+    dropped), ``restarts`` (workers replaced) and ``workers`` (one dict
+    per worker). Times and counts are cumulative.
     """
 
     def __init__(self, workers=()):

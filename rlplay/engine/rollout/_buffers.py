@@ -18,6 +18,7 @@ call it while the generator is collected.
 """
 from collections import deque
 
+from ..nested import flatten
 from ..pool import Segment, check_capacity, layout, views
 from ._batch import Arrival, Collation, ReadyQueue, new_account
 from ._collector import Buffers, Bye, Give, Ready, WorkerConfig
@@ -57,13 +58,9 @@ class SharedBuffers:
 
     def __init__(self, template, n_buffers, n_workers, spec, params, *,
                  what, start_method, run=None):
-        self._spec, self.stride = layout(template)
-        check_capacity(self.stride * n_buffers, what=what)
-        # a worker is handed the pool, the parameters, its pipe and the
-        # parameters' shared counters; the learner keeps a pipe end and a
-        # sentinel per worker
-        check_capacity(0, n_fds=1 + 3 * n_workers, what=what, worker_fds=5,
-                       start_method=start_method)
+        self._spec, self.stride = self.check_capacity(
+            template, n_buffers, n_workers, what=what,
+            start_method=start_method)
         self.segment = Segment.create(self.stride * n_buffers, what=what)
         self.buffers = [views(self.segment.flat, self._spec, i * self.stride)
                         for i in range(n_buffers)]
@@ -76,6 +73,35 @@ class SharedBuffers:
         self.time_collect = counters.get("time_collect", 0.0)
         self.time_worker_wait = counters.get("time_worker_wait", 0.0)
         self._sources = None
+
+    @staticmethod
+    def check_capacity(template, n_buffers, n_workers, *, what,
+                       start_method):
+        """Check that ``n_buffers`` buffers laid out as ``template`` fit in
+        ``/dev/shm``, and the file descriptors; returns the layout
+        ``(spec, stride)``.
+
+        Raises
+        ------
+        CapacityError
+            Saying what to change (``final=False`` too, where the final
+            observations take a good part of the pool).
+        """
+        spec, stride = layout(template)
+        hint = ""
+        if template.final is not None:
+            final = sum(x.numel() * x.element_size()
+                        for x in flatten(template.final))
+            if final * 4 >= stride:  # image observations, typically
+                hint = (f"; final=False drops the final observations, "
+                        f"{final * n_buffers / 2**20:.1f} MiB of it")
+        check_capacity(stride * n_buffers, what=what, hint=hint)
+        # a worker is handed the pool, the parameters, its pipe and the
+        # parameters' shared counters; the learner keeps a pipe end and a
+        # sentinel per worker
+        check_capacity(0, n_fds=1 + 3 * n_workers, what=what, worker_fds=5,
+                       start_method=start_method)
+        return spec, stride
 
     def config(self, w, generation):
         """Worker ``w``'s start bundle: it fills the buffers it holds, and

@@ -16,11 +16,11 @@ __all__ = ["Delivery"]
 class Delivery:
     """How a generator hands a host batch to the learner.
 
-    As it is (``device=None``, ``copy=False``: the caller's buffer, reused);
-    as a fresh copy each time (``copy=True``, page-locked when ``pinned``);
-    or on a CUDA ``device``, copied from page-locked host memory with
-    non-blocking copies into a reused device batch (or a fresh one with
-    ``copy=True``).
+    As a fresh copy each time (``copy=True``, the default, page-locked
+    when ``pinned``); as it is (``device=None``, ``copy=False``: the
+    caller's buffer, reused); or on a CUDA ``device``, copied from
+    page-locked host memory with non-blocking copies into a fresh device
+    batch (or, with ``copy=False``, a reused one).
 
     A non-blocking copy reads the host memory after the call returns: the
     generator must call :meth:`wait` before it writes that memory again
@@ -40,7 +40,7 @@ class Delivery:
         Up front, when CUDA is asked for and absent (:func:`check_device`).
     """
 
-    def __init__(self, device=None, pinned=False, copy=False):
+    def __init__(self, device=None, pinned=False, copy=True):
         device = check_device(device, pinned)
         self.device = None if device is None or device.type == "cpu" \
             else device

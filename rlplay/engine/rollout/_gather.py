@@ -81,7 +81,7 @@ class Gathered(Supervised, Generator):
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, max_lag=None, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=False, check_spaces="first",
+                 pinned=False, copy=True, check_spaces="first",
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
@@ -118,12 +118,19 @@ class Gathered(Supervised, Generator):
         run.check_layout(self._layout)
         hx_dim = getattr(actor, "hx_dim", 1)
         check_hx_dim(template.hx, hx_dim, n_per_actor)
+        # before the learner's batch is allocated (zero-filled gigabytes
+        # for a pool that would not fit anyway)
+        self._check_capacity(template, n_actors, n_buffers)
         self._collation = Collation(template, hx_dim, n_per_batch,
                                     self.delivery.host_pinned)
         self._start(spec, template, n_actors, n_buffers, restarts=restarts,
                     restart_delay=restart_delay,
                     shutdown_timeout=shutdown_timeout, run=run)
         restore_counters(self.stats, run.counters)
+
+    def _check_capacity(self, template, n_actors, n_buffers):
+        """Raise :class:`~rlplay.engine.errors.CapacityError` where the
+        workers' buffers would not fit (nothing to check by default)."""
 
     def _start(self, spec, template, n_actors, n_buffers, *, restarts,
                restart_delay, shutdown_timeout, run):

@@ -94,7 +94,7 @@ down if rlplay started it and no other rollout uses it.
 import itertools
 
 from ..pool import layout
-from ._base import Stats
+from ._base import PoolKeywords, Stats, Unpack, spell_out
 from ._batch import Arrival, Collation, ReadyQueue, new_account
 from ._buffers import WORKER_THREADS
 from ._collector import Buffers, WorkerConfig
@@ -184,79 +184,13 @@ class RayRequests:
 
 
 class Rollout(Gathered):
-    """Collect fragments in ``n_actors`` Ray actors, on any nodes of a Ray
-    cluster, and yield batches of ``n_per_batch`` of them.
-
-    Takes the arguments of :class:`rlplay.engine.rollout.multi.Rollout`
-    with the same meanings (but ``start_method``: Ray starts the workers),
-    a worker being a Ray actor and ``n_buffers`` the number of requests in
-    flight (see the module docstring); the shared keywords are documented
-    in :mod:`rlplay.engine.rollout` and defined by
-    :class:`~._gather.Gathered`. And these:
-
-    Parameters
-    ----------
-    address : str, optional
-        The Ray cluster to join (``ray.init(address=...)``, e.g.
-        ``"10.0.0.1:6379"``) unless this process has joined one already.
-        ``None``: the cluster that ``RAY_ADDRESS`` names, else a new local
-        one for this machine. Ray is shut down on ``close()`` only if
-        rlplay started it (and no other rollout uses it).
-    actor_options : dict, optional
-        Options of each worker's Ray actor (``num_cpus``, ``resources``,
-        ``scheduling_strategy``, ``runtime_env``...; ``max_restarts`` is
-        refused: see ``restarts``); by default one CPU each, spread over
-        the nodes. The factory and the actor travel cloudpickled: the
-        packages they use must exist on every node or come in a
-        ``runtime_env``.
-
-    Yields
-    ------
-    batch : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
-        As ``multi``'s: slot ``s`` holds one fragment; reused, valid until
-        the next ``next()``, unless ``copy=True``.
-
-    Raises
-    ------
-    ImportError
-        Ray is not installed.
-    ValueError, TypeError, RuntimeError
-        As ``multi``; also bad ``actor_options``.
-    WorkerError, WorkerDied, RolloutTimeout
-        From ``next()``: see the module docstring.
-
-    Attributes
-    ----------
-    params : RayParams
-        The published parameters (``None`` once closed).
-    version : int
-        The parameter version published by the last ``next()``.
-    pids, nodes : list
-        Each worker's process id and Ray node id (``None`` until it has
-        started).
-    stats : dict
-        As ``multi``'s; each worker's dict also holds its ``node``.
-
-    Examples
-    --------
-    >>> import functools, gymnasium, torch.nn as nn
-    >>> from contextlib import closing
-    >>> from rlplay.engine import PolicyActor
-    >>> actor = PolicyActor(nn.Linear(4, 2))
-    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
-    >>> feed = rollout(factory, actor, 16, n_actors=2, n_per_actor=2,
-    ...                n_buffers=4, n_per_batch=2, entropy=0)
-    >>> with closing(feed):
-    ...     batch = next(feed)
-    >>> tuple(batch.state.obs.shape)
-    (17, 4, 4)
-    """
+    """The generator that :func:`rollout` returns (documented there)."""
 
     _kind = "cluster"
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, address=None, actor_options=None,
-                 **kwargs):
+                 **kwargs: Unpack[PoolKeywords]):
         if ray is None:
             raise ImportError("cluster.rollout needs Ray: pip install "
                               "rlplay[cluster]")
@@ -291,4 +225,77 @@ class Rollout(Gathered):
         return self._supervisor.nodes
 
 
-rollout = Rollout
+def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
+            n_per_batch, *, address=None, actor_options=None,
+            **kwargs: Unpack[PoolKeywords]):
+    """Collect fragments in ``n_actors`` Ray actors, on any nodes of a Ray
+    cluster, and yield batches of ``n_per_batch`` of them.
+
+    Returns a :class:`Rollout`. Takes the arguments of
+    :func:`rlplay.engine.rollout.multi.rollout` with the same meanings (but
+    ``start_method``: Ray starts the workers), a worker being a Ray actor
+    and ``n_buffers`` the number of requests in flight (see the module
+    docstring); the keywords that every generator shares are documented
+    once, in :mod:`rlplay.engine.rollout`. And these:
+
+    Parameters
+    ----------
+    address : str, optional
+        The Ray cluster to join (``ray.init(address=...)``, e.g.
+        ``"10.0.0.1:6379"``) unless this process has joined one already.
+        ``None``: the cluster that ``RAY_ADDRESS`` names, else a new local
+        one for this machine. Ray is shut down on ``close()`` only if
+        rlplay started it (and no other rollout uses it).
+    actor_options : dict, optional
+        Options of each worker's Ray actor (``num_cpus``, ``resources``,
+        ``scheduling_strategy``, ``runtime_env``...; ``max_restarts`` is
+        refused: see ``restarts``); by default one CPU each, spread over
+        the nodes. The factory and the actor travel cloudpickled: the
+        packages they use must exist on every node or come in a
+        ``runtime_env``.
+
+    Returns
+    -------
+    feed : Rollout
+        An endless iterator of batches, as ``multi``'s: slot ``s`` holds
+        one fragment; a fresh batch, or with ``copy=False`` a reused one,
+        valid until the next ``next()``.
+
+    Raises
+    ------
+    ImportError
+        Ray is not installed.
+    ValueError, TypeError, RuntimeError
+        As ``multi``; also bad ``actor_options``.
+    WorkerError, WorkerDied, RolloutTimeout
+        From ``next()``: see the module docstring.
+
+    Notes
+    -----
+    The attributes of ``feed``: ``params`` (the published parameters,
+    ``None`` once closed), ``version`` (the parameter version published by
+    the last ``next()``), ``pids`` and ``nodes`` (each worker's process id
+    and Ray node id, ``None`` until it has started) and ``stats`` (as
+    ``multi``'s; each worker's dict also holds its ``node``).
+
+    Examples
+    --------
+    >>> import functools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> feed = rollout(factory, actor, 16, n_actors=2, n_per_actor=2,
+    ...                n_buffers=4, n_per_batch=2, entropy=0)
+    >>> with closing(feed):
+    ...     batch = next(feed)
+    >>> tuple(batch.state.obs.shape)
+    (17, 4, 4)
+    """
+    return Rollout(factory, actor, n_steps, n_actors, n_per_actor,
+                   n_buffers, n_per_batch, address=address,
+                   actor_options=actor_options, **kwargs)
+
+
+spell_out(rollout, Gathered.__init__)
+spell_out(Rollout.__init__, Gathered.__init__)

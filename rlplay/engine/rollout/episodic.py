@@ -412,7 +412,10 @@ class Episodic:
                     ep = None
             if ep is not None:
                 ep.add(base, j, at, T - 1)
-                if ep.rows > max_rows:
+                # its rows so far are its steps so far (row T, left to the
+                # next fragment, is one more): it is too long as soon as
+                # its steps pass max_length
+                if ep.rows > self.max_length:
                     stats["too_long"] += 1
                 else:
                     opened[lane] = ep

@@ -64,8 +64,9 @@ The batch is ``(1 + T, n_per_batch * B, ...)``: slot ``s`` (columns ``s * B
 actor's ``hx_dim`` and ``meta`` along its only dimension. It is allocated
 once, on the host (page-locked with ``pinned=True``) or, with a CUDA
 ``device``, on the device, filled through non-blocking copies from a
-page-locked staging batch; it is reused, valid until the next ``next()``,
-unless ``copy=True``.
+page-locked staging batch. The learner yields a fresh copy of it
+(``copy=True``, the default), or with ``copy=False`` the batch itself,
+reused, valid until the next ``next()``.
 
 The learner's side of this protocol (publish, wait, drop, collate, hand
 back, deliver) is :class:`~._gather.Gathered`, shared with
@@ -101,7 +102,7 @@ the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
 """
 from ..utils.mp import get_context
-from ._base import Stats
+from ._base import PoolKeywords, Stats, Unpack, spell_out
 from ._buffers import SharedBuffers
 from ._gather import Gathered
 from ._params import SharedParams
@@ -110,19 +111,59 @@ __all__ = ["rollout", "Rollout"]
 
 
 class Rollout(Gathered):
+    """The generator that :func:`rollout` returns (documented there)."""
+
+    _kind = "multi"
+
+    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
+                 n_buffers, n_per_batch, *, start_method=None,
+                 **kwargs: Unpack[PoolKeywords]):
+        self._context = get_context(start_method)
+        super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
+                         n_buffers, n_per_batch, **kwargs)
+
+    def _check_capacity(self, template, n_actors, n_buffers):
+        SharedBuffers.check_capacity(
+            template, n_buffers, n_actors, what=self._what(n_actors,
+                                                           n_buffers),
+            start_method=self._context.get_start_method())
+
+    @staticmethod
+    def _what(n_actors, n_buffers):
+        return f"a pool of {n_buffers} buffers for {n_actors} workers"
+
+    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
+               restart_delay, shutdown_timeout, run):
+        ctx = self._context
+        self.params = SharedParams(self.actor, ctx, version=run.version)
+        try:
+            self._source = SharedBuffers(
+                template, n_buffers, n_actors, spec, self.params,
+                what=self._what(n_actors, n_buffers),
+                start_method=ctx.get_start_method(), run=run)
+            self.stats = Stats(self._source.accounts)
+        except BaseException:
+            self._close(graceful=False)
+            raise
+        self._supervise(ctx, n_actors, self._source, name="rlplay-multi",
+                        restarts=restarts, restart_delay=restart_delay,
+                        shutdown_timeout=shutdown_timeout, run=run)
+
+
+def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
+            n_per_batch, *, start_method=None,
+            **kwargs: Unpack[PoolKeywords]):
     """Collect fragments in ``n_actors`` worker processes and yield batches
     of ``n_per_batch`` of them.
 
-    An endless iterator and a context manager; ``close()`` is idempotent,
-    and dropping it (or the interpreter's exit) closes it. The keywords
-    every generator shares (``entropy``, ``sticky``, ``env_info``,
-    ``final``, ``device``, ``pinned``, ``copy``, ``check_spaces``,
-    ``start_method``, the timeouts, ``restarts``, ``restart_delay``,
-    ``resume``) are
-    documented once, in :mod:`rlplay.engine.rollout`; but
-    ``start_method``, they are defined once too, by
-    :class:`~._gather.Gathered`, the learner's side that this generator
-    shares with :mod:`.cluster`.
+    Returns a :class:`Rollout`: an endless iterator and a context manager;
+    ``close()`` is idempotent, and dropping it (or the interpreter's exit)
+    closes it. The keywords that every generator shares (``entropy``,
+    ``sticky``, ``env_info``, ``final``, ``device``, ``pinned``,
+    ``copy``, ``check_spaces``, the timeouts, ``restarts``,
+    ``restart_delay``, ``cpu_affinity``, ``resume``) are documented once,
+    in :mod:`rlplay.engine.rollout`; ``start_method`` there too; those of
+    this generator alone are below.
 
     Parameters
     ----------
@@ -151,13 +192,15 @@ class Rollout(Gathered):
         current one minus ``max_lag`` (``0``: only fragments collected with
         the parameters of this very ``next()``); counted in ``stats``.
 
-    Yields
-    ------
-    batch : Fragment of tensors, shape = (1 + T, n_per_batch * B, ...)
-        Slot ``s`` (env columns ``s * B .. (s + 1) * B - 1``) holds one
-        fragment; ``meta`` tells its worker, envs, sequence number,
-        generation and parameter version. The batch is reused, valid until
-        the next ``next()``, unless ``copy=True``.
+    Returns
+    -------
+    feed : Rollout
+        An endless iterator of batches, ``Fragment`` of tensors of shape
+        ``(1 + T, n_per_batch * B, ...)``: slot ``s`` (env columns ``s * B
+        .. (s + 1) * B - 1``) holds one fragment, and ``meta`` tells its
+        worker, envs, sequence number, generation and parameter version.
+        Each batch is fresh, yours to keep; with ``copy=False`` it is
+        reused, valid until the next ``next()``.
 
     Raises
     ------
@@ -174,20 +217,17 @@ class Rollout(Gathered):
     WorkerError, WorkerDied, RolloutTimeout
         From ``next()``: see the module docstring.
 
-    Attributes
-    ----------
-    params : SharedParams
-        The shared copy of the actor's parameters (``None`` once closed).
-    version : int
-        The parameter version published by the last ``next()``.
-    pids : list of int
-        The workers' process ids (of their current generation).
-    stats : dict
-        The keys of :class:`~._base.Stats`; ``workers`` holds per worker
-        the fragments ``received``, ``delivered``, ``dropped``,
-        ``discarded`` (received, undelivered at close), ``collected``
-        (its own count, once it stopped cleanly), ``restarts``, ``lost``
-        and ``last_cause``.
+    Notes
+    -----
+    The attributes of ``feed``: ``params`` (the shared copy of the actor's
+    parameters, ``None`` once closed), ``version`` (the parameter version
+    published by the last ``next()``), ``pids`` (the workers' process ids,
+    of their current generation) and ``stats`` (the keys of
+    :data:`rlplay.engine.rollout.STATS_KEYS`, documented there; per worker
+    in ``workers`` the fragments ``received``, ``delivered``, ``dropped``,
+    ``discarded`` (received, undelivered at close), ``collected`` (its own
+    count, once it stopped cleanly), ``restarts``, ``lost`` and
+    ``last_cause``).
 
     Examples
     --------
@@ -203,31 +243,10 @@ class Rollout(Gathered):
     >>> tuple(batch.state.obs.shape)
     (17, 4, 4)
     """
-
-    _kind = "multi"
-
-    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, start_method=None, **kwargs):
-        self._context = get_context(start_method)
-        super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
-                         n_buffers, n_per_batch, **kwargs)
-
-    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout, run):
-        ctx = self._context
-        self.params = SharedParams(self.actor, ctx, version=run.version)
-        try:
-            self._source = SharedBuffers(
-                template, n_buffers, n_actors, spec, self.params,
-                what=f"a pool of {n_buffers} buffers for {n_actors} workers",
-                start_method=ctx.get_start_method(), run=run)
-            self.stats = Stats(self._source.accounts)
-        except BaseException:
-            self._close(graceful=False)
-            raise
-        self._supervise(ctx, n_actors, self._source, name="rlplay-multi",
-                        restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout, run=run)
+    return Rollout(factory, actor, n_steps, n_actors, n_per_actor,
+                   n_buffers, n_per_batch, start_method=start_method,
+                   **kwargs)
 
 
-rollout = Rollout
+spell_out(rollout, Gathered.__init__)
+spell_out(Rollout.__init__, Gathered.__init__)

@@ -7,8 +7,9 @@ Protocol::
           ─► (copy to the device / to a fresh batch, if asked)
           ─► yield fragment k ─► learner trains ─► next() ...
 
-There is one buffer; the yielded fragment is a view of it and stays valid
-until the next ``next()`` (pass ``copy=True`` to get a fresh batch each time).
+There is one buffer; the yielded batch is a fresh copy of it (``copy=True``,
+the default), or with ``copy=False`` the buffer itself, valid until the
+next ``next()``.
 The actor samples from a torch random stream of the rollout's own, seeded
 from ``entropy`` and swapped in around each collection, so the same
 ``entropy`` repeats the same fragments and the caller's generator is left
@@ -31,7 +32,8 @@ import torch
 
 from ..core import check_sticky, prepare
 from ..seeds import collector_seed_sequence, torch_seed
-from ._base import Generator, Stats, check_arguments
+from ._base import (Generator, Keywords, Stats, Unpack, check_arguments,
+                    spell_out)
 from ._collector import Session, SessionSpec
 from ._delivery import Delivery
 from ._resume import buffer_layout, continuation, restore_counters
@@ -40,61 +42,11 @@ __all__ = ["rollout", "Rollout"]
 
 
 class Rollout(Generator):
-    """Collect fragments in this process, one per ``next()``.
-
-    An endless iterator and a context manager; ``close()`` is idempotent.
-    The keywords every generator shares (``entropy``, ``sticky``,
-    ``env_info``, ``final``, ``device``, ``pinned``, ``copy``,
-    ``check_spaces``, ``resume``) are documented once, in
-    :mod:`rlplay.engine.rollout`.
-
-    Parameters
-    ----------
-    factory : callable
-        Builds one Gymnasium env; called ``n_envs`` times (with ``seed=``
-        if it accepts it).
-    actor : BaseActorModule
-        Runs on the CPU, under ``torch.no_grad()``, in its current mode,
-        drawing from a torch random stream of the rollout's own (seeded
-        from ``entropy`` as a worker of ``single`` seeds its global one);
-        the caller's global torch generator is left untouched.
-    n_steps : int
-        ``T``, the steps per fragment.
-    n_envs : int
-        ``B``, the envs stepped together.
-
-    Yields
-    ------
-    batch : Fragment of tensors, shape = (1 + T, B, ...)
-        The buffer itself (or its device copy), valid until the next
-        ``next()``, unless ``copy=True``.
-
-    Attributes
-    ----------
-    envs : EnvBatch
-    buffer : Aliased
-        The host buffer (numpy and torch views).
-    stats : dict
-        The keys of :class:`~._base.Stats`; here ``time_learner_wait``
-        equals ``time_collect``, ``time_worker_wait``, ``lag``,
-        ``dropped`` and ``restarts`` are 0 and ``workers`` is empty.
-
-    Examples
-    --------
-    >>> import functools, gymnasium, torch.nn as nn
-    >>> from contextlib import closing
-    >>> from rlplay.engine import PolicyActor
-    >>> actor = PolicyActor(nn.Linear(4, 2))
-    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
-    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
-    ...     batch = next(feed)
-    >>> tuple(batch.state.obs.shape)
-    (17, 2, 4)
-    """
+    """The generator that :func:`rollout` returns (documented there)."""
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=False, check_spaces="first",
+                 pinned=False, copy=True, check_spaces="first",
                  resume=None):
         # before any env is made
         check_arguments(actor, counts=[("n_steps", n_steps, 1),
@@ -175,4 +127,62 @@ class Rollout(Generator):
         self.session.close(quiet=not graceful)  # called once
 
 
-rollout = Rollout
+def rollout(factory, actor, n_steps, n_envs, **kwargs: Unpack[Keywords]):
+    """Collect fragments in this process, one per ``next()``.
+
+    Returns a :class:`Rollout`: an endless iterator and a context manager;
+    ``close()`` is idempotent.
+    The keywords every generator shares (``entropy``, ``sticky``,
+    ``env_info``, ``final``, ``device``, ``pinned``, ``copy``,
+    ``check_spaces``, ``resume``) are documented once, in
+    :mod:`rlplay.engine.rollout`.
+
+    Parameters
+    ----------
+    factory : callable
+        Builds one Gymnasium env; called ``n_envs`` times (with ``seed=``
+        if it accepts it).
+    actor : BaseActorModule
+        Runs on the CPU, under ``torch.no_grad()``, in its current mode,
+        drawing from a torch random stream of the rollout's own (seeded
+        from ``entropy`` as a worker of ``single`` seeds its global one);
+        the caller's global torch generator is left untouched.
+    n_steps : int
+        ``T``, the steps per fragment.
+    n_envs : int
+        ``B``, the envs stepped together.
+
+    Returns
+    -------
+    feed : Rollout
+        An endless iterator of batches, ``Fragment`` of tensors of shape
+        ``(1 + T, B, ...)``: each a fresh copy of the buffer (on
+        ``device``, if given), yours to keep; with ``copy=False`` the
+        buffer itself (or its reused device copy), valid until the next
+        ``next()``.
+
+    Notes
+    -----
+    The attributes of ``feed``: ``envs`` (the :class:`EnvBatch`),
+    ``buffer`` (the host buffer, numpy and torch views) and ``stats`` (the
+    keys of :data:`rlplay.engine.rollout.STATS_KEYS`, documented there;
+    here ``time_learner_wait`` equals ``time_collect``,
+    ``time_worker_wait``, ``lag``, ``dropped`` and ``restarts`` are 0 and
+    ``workers`` is empty).
+
+    Examples
+    --------
+    >>> import functools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
+    ...     batch = next(feed)
+    >>> tuple(batch.state.obs.shape)
+    (17, 2, 4)
+    """
+    return Rollout(factory, actor, n_steps, n_envs, **kwargs)
+
+
+spell_out(rollout, Rollout.__init__)

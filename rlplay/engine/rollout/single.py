@@ -42,9 +42,9 @@ global generators from that collector's sequence, and runs its CPU copy of
 the actor on one torch thread.
 
 Between two ``next()`` calls the learner owns the yielded buffer and the
-worker the other one; they swap at ``next()``. The yielded batch is the
-shared buffer itself and stays valid until the next ``next()`` (pass
-``copy=True`` to keep batches).
+worker the other one; they swap at ``next()``. The yielded batch is a
+fresh copy of it (``copy=True``, the default), or with ``copy=False`` the
+shared buffer itself, valid until the next ``next()``.
 
 Why publish only after "ready" of #k: the shared copy holds one version;
 the worker loads ``v_{k-1}`` when it starts #k, which is before it reports
@@ -87,7 +87,8 @@ import time
 from ..errors import RolloutTimeout
 from ..utils.mp import get_context
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Stats, check_arguments, worker_spec)
+                    Deadline, Generator, Stats, Unpack, WorkerKeywords,
+                    check_arguments, spell_out, worker_spec)
 from ._buffers import SharedBuffers
 from ._delivery import Delivery
 from ._params import SharedParams
@@ -98,86 +99,11 @@ __all__ = ["rollout", "Rollout"]
 
 
 class Rollout(Supervised, Generator):
-    """Collect fragments in one worker process, double-buffered.
-
-    Takes the arguments of :class:`rlplay.engine.rollout.same.Rollout`, and
-    yields the same fragments (for the same ``entropy`` and parameters),
-    collected one batch behind the learner's parameters. An endless
-    iterator and a context manager; ``close()`` is idempotent, and
-    dropping it closes it too. The keywords every generator shares are
-    documented once, in :mod:`rlplay.engine.rollout`.
-
-    Parameters
-    ----------
-    factory : callable
-        Builds one Gymnasium env. It is called once in this process, for a
-        probe env that sizes the buffers and is closed at once (an
-        exception there is raised here, as by ``same``), then ``n_envs``
-        times in the worker. Shipped with cloudpickle, so lambdas and
-        closures work with every start method.
-    actor : BaseActorModule
-        The learner's actor (on any device). The worker runs a CPU copy,
-        under ``torch.no_grad()``, and before each fragment loads the
-        parameters and the train/eval mode the learner's actor had at the
-        last ``next()``.
-    n_steps : int
-        ``T``, the steps per fragment.
-    n_envs : int
-        ``B``, the envs of the worker (seeded as ``same``'s envs: the
-        worker is collector 0 of ``entropy``).
-
-    Yields
-    ------
-    batch : Fragment of tensors, shape = (1 + T, B, ...)
-        The shared buffer itself (or its pinned or device copy), valid until
-        the next ``next()``, unless ``copy=True``. ``meta.version`` holds
-        ``max(k - 1, 0)`` for the ``k``-th batch.
-
-    Raises
-    ------
-    WorkerError
-        The worker raised (``exc_type``, ``type_name``,
-        ``remote_traceback`` tell what and where).
-    WorkerDied
-        The worker ended without a word (``exitcode``).
-    RolloutTimeout
-        No fragment within the bound while the worker lives.
-    ValueError
-        The actor's parameters and buffers changed since the start (they
-        cannot be published).
-
-    Attributes
-    ----------
-    buffers : tuple of two Aliased
-        The shared host buffers (numpy and torch views).
-    process : multiprocessing.Process
-        The worker (of its current generation).
-    pid : int
-        Its process id.
-    params : SharedParams
-        The shared copy of the actor's parameters (``None`` once closed).
-    stats : dict
-        The keys of :class:`~._base.Stats` (``dropped`` is always 0 and
-        ``lag`` 1 after the first batch); ``workers`` holds the one
-        worker's counts.
-
-    Examples
-    --------
-    >>> import functools, itertools, gymnasium, torch.nn as nn
-    >>> from contextlib import closing
-    >>> from rlplay.engine import PolicyActor
-    >>> actor = PolicyActor(nn.Linear(4, 2))
-    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
-    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
-    ...     batches = [batch.meta.version[0].item() for batch in
-    ...                itertools.islice(feed, 3)]
-    >>> batches
-    [0, 0, 1]
-    """
+    """The generator that :func:`rollout` returns (documented there)."""
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=False, check_spaces="first",
+                 pinned=False, copy=True, check_spaces="first",
                  start_method=None, timeout=TIMEOUT,
                  start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
@@ -277,4 +203,85 @@ class Rollout(Supervised, Generator):
         super()._close(graceful)
 
 
-rollout = Rollout
+def rollout(factory, actor, n_steps, n_envs, *, start_method=None,
+            **kwargs: Unpack[WorkerKeywords]):
+    """Collect fragments in one worker process, double-buffered.
+
+    Takes the arguments of :func:`rlplay.engine.rollout.same.rollout`, and
+    yields the same fragments (for the same ``entropy`` and parameters),
+    collected one batch behind the learner's parameters. Returns a
+    :class:`Rollout`: an endless iterator and a context manager;
+    ``close()`` is idempotent, and dropping it closes it too. The keywords
+    every generator shares (``start_method`` and the timeouts included)
+    are documented once, in :mod:`rlplay.engine.rollout`.
+
+    Parameters
+    ----------
+    factory : callable
+        Builds one Gymnasium env. It is called once in this process, for a
+        probe env that sizes the buffers and is closed at once (an
+        exception there is raised here, as by ``same``), then ``n_envs``
+        times in the worker. Shipped with cloudpickle, so lambdas and
+        closures work with every start method.
+    actor : BaseActorModule
+        The learner's actor (on any device). The worker runs a CPU copy,
+        under ``torch.no_grad()``, and before each fragment loads the
+        parameters and the train/eval mode the learner's actor had at the
+        last ``next()``.
+    n_steps : int
+        ``T``, the steps per fragment.
+    n_envs : int
+        ``B``, the envs of the worker (seeded as ``same``'s envs: the
+        worker is collector 0 of ``entropy``).
+
+    Returns
+    -------
+    feed : Rollout
+        An endless iterator of batches, ``Fragment`` of tensors of shape
+        ``(1 + T, B, ...)``: each a fresh copy of the shared buffer (on
+        ``device``, if given), yours to keep; with ``copy=False`` the
+        shared buffer itself (or its reused pinned or device copy), valid
+        until the next ``next()``. ``meta.version`` holds ``max(k - 1,
+        0)`` for the ``k``-th batch.
+
+    Raises
+    ------
+    WorkerError
+        The worker raised (``exc_type``, ``type_name``,
+        ``remote_traceback`` tell what and where).
+    WorkerDied
+        The worker ended without a word (``exitcode``).
+    RolloutTimeout
+        No fragment within the bound while the worker lives.
+    ValueError
+        The actor's parameters and buffers changed since the start (they
+        cannot be published).
+
+    Notes
+    -----
+    The attributes of ``feed``: ``buffers`` (the two shared host buffers,
+    numpy and torch views), ``process`` and ``pid`` (the worker, of its
+    current generation), ``params`` (the shared copy of the actor's
+    parameters, ``None`` once closed) and ``stats`` (the keys of
+    :data:`rlplay.engine.rollout.STATS_KEYS`, documented there;
+    ``dropped`` is always 0 and ``lag`` 1 after the first batch;
+    ``workers`` holds the one worker's counts).
+
+    Examples
+    --------
+    >>> import functools, itertools, gymnasium, torch.nn as nn
+    >>> from contextlib import closing
+    >>> from rlplay.engine import PolicyActor
+    >>> actor = PolicyActor(nn.Linear(4, 2))
+    >>> factory = functools.partial(gymnasium.make, "CartPole-v1")
+    >>> with closing(rollout(factory, actor, 16, 2, entropy=0)) as feed:
+    ...     batches = [batch.meta.version[0].item() for batch in
+    ...                itertools.islice(feed, 3)]
+    >>> batches
+    [0, 0, 1]
+    """
+    return Rollout(factory, actor, n_steps, n_envs,
+                   start_method=start_method, **kwargs)
+
+
+spell_out(rollout, Rollout.__init__)
