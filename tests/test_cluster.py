@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 import torch
@@ -436,6 +437,19 @@ def test_more_workers_than_the_cluster_holds_are_refused_up_front():
     assert cluster.placeable(
         [node["Resources"] for node in ray.nodes() if node["Alive"]],
         {"CPU": 0.25}) == 8
+
+
+def test_a_cluster_that_may_grow_is_warned_of(monkeypatch):
+    """A cluster joined (not started by this process) may have an
+    autoscaler: the same request goes ahead, with a warning that Python
+    shows by default (the check alone here: no actor made)."""
+    monkeypatch.setattr(cluster, "_cluster_fixed", lambda: False)
+    options = {"num_cpus": 1}
+    with pytest.warns(RuntimeWarning, match="wait until the cluster grows"):
+        cluster._check_placement(options, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cluster._check_placement(options, 2)  # they fit: not a word
 
 
 def test_placeable_counts_node_by_node():

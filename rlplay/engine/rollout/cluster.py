@@ -72,7 +72,8 @@ the first batch would wait for them until ``timeout``. A Ray that this
 process started (``ray.init()`` without an address, or rlplay's own)
 cannot grow, and such a request is refused with a ``ValueError``; a
 cluster joined may have an autoscaler that adds nodes, and such a request
-goes ahead with a ``ResourceWarning``.
+goes ahead with a ``RuntimeWarning`` (a ``ResourceWarning`` would be
+hidden by Python's default warning filters).
 
 Waits and errors: every wait is one ``ray.wait`` on every pending call
 (start and fill) of every worker (:mod:`._remote`), bounded as in
@@ -191,7 +192,7 @@ def _check_placement(options, n_actors):
                          f"not grow; the others would never start: {cure}")
     warnings.warn(f"{said} now; the others wait until the cluster grows (an "
                   f"autoscaler), else the first batch times out: {cure}",
-                  ResourceWarning, stacklevel=5)
+                  RuntimeWarning, stacklevel=5)
 
 
 class RayRequests:
