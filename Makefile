@@ -1,25 +1,35 @@
 # `make demo` and `make test` create the virtual environment when missing,
-# install rlplay with its extras (torch pinned to the CPU build by
-# constraints.txt), then run.
+# install rlplay with the extras they need (torch pinned to the CPU build by
+# constraints.txt), then run. `make demo` needs the demo extra alone
+# (tqdm); `make test` installs every extra the suite and the benchmarks
+# use (Ray, EnvPool, Minari, TorchRL, SB3, Jupyter...: a few GB). Each has
+# its stamp, so `make demo` then `make test` installs the rest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
+SETUP := setup.cfg pyproject.toml constraints.txt
 
 .PHONY: demo test bench bench-torchrl clean
 
-$(STAMP): setup.cfg pyproject.toml constraints.txt
+$(DEMO_STAMP): $(SETUP)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+$(TEST_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench]'
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m rlplay.demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/overlap.py
 	$(BIN)/python benchmarks/episodes.py

@@ -16,7 +16,9 @@ learning rate (annealed linearly to zero) to learn within seconds.
 A subprocess evaluator plays greedy episodes with the parameters of every
 tenth batch while training goes on. Training stops after two perfect
 evaluations in a row (or at the step or time budget), and the best
-evaluated parameters play fresh episodes for the final evaluation. Given
+evaluated parameters play fresh episodes for the final evaluation. The
+progress bar counts env steps against the step budget; a run that stops
+earlier ends its bar there, at 100%, saying why it stopped. Given
 ``--seed`` the run is reproducible, unless the time budget cuts it short.
 """
 import argparse
@@ -138,8 +140,8 @@ def main(argv=None):
     pending = None                 # (batch, parameters) being evaluated
     best, best_params = 0.0, None  # any evaluation beats 0 on CartPole
     n_perfect, n_steps, started = 0, 0, time.monotonic()
-    bar = tqdm(total=args.steps, unit="step", unit_scale=True,
-               desc=f"PPO, {args.generator}.rollout")
+    desc = f"PPO, {args.generator}.rollout"
+    bar = tqdm(total=args.steps, unit="step", unit_scale=True, desc=desc)
     with closing(feed), closing(evaluator):
         for k, batch in enumerate(feed):
             for group in optim.param_groups:   # anneal linearly to 0
@@ -163,11 +165,23 @@ def main(argv=None):
                     best, best_params = score, pending[1]
                 n_perfect = n_perfect + 1 if score >= MAX_RETURN else 0
                 pending = None
-            if stop or n_perfect >= N_PERFECT:
+            if n_perfect >= N_PERFECT:
+                outcome = "solved"
+                why = (f"{N_PERFECT} evaluations in a row returned "
+                       f"{MAX_RETURN:g}")
+                break
+            if stop:
+                outcome = "stopped"
+                why = (f"the step budget ({args.steps}) is spent"
+                       if n_steps >= args.steps else f"the time budget "
+                       f"({args.budget_seconds:g} s) is spent")
                 break
             if pending is None and (k + 1) % EVAL_EVERY == 0:
                 evaluator.submit(actor)
                 pending = (k, copy.deepcopy(actor.state_dict()))
+        # the bar ends where the run did, full: stopping early is no abort
+        bar.total = bar.n
+        bar.set_description(f"{desc}: {outcome}")
         bar.close()
         elapsed = time.monotonic() - started
 
@@ -179,6 +193,7 @@ def main(argv=None):
 
     during = (f"best evaluation {best:.1f}" if best_params is not None
               else "no evaluation finished during training")
+    print(f"{outcome} at {n_steps} env steps: {why}")
     print(f"trained on {n_steps} env steps in {elapsed:.1f}s with "
           f"{args.generator}.rollout; {during}")
     print(f"evaluation return: {np.mean(returns):.1f} +- "

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 import torch
@@ -414,6 +415,52 @@ def test_bad_arguments_fail_up_front():
         make(restarts=1, restart_delay=float("inf"))
     with pytest.raises(ValueError, match="timeout must be a finite"):
         make(timeout=float("inf"))
+
+
+def test_more_workers_than_the_cluster_holds_are_refused_up_front():
+    """The session's Ray (2 CPUs, started by this process: it cannot grow)
+    holds two workers of one CPU: eight would leave six pending, never
+    started, until the first batch timed out; they are refused at once,
+    before any actor is created, with what was asked and what there is."""
+    before = set(_ray_actors())
+    tic = time.monotonic()
+    with pytest.raises(ValueError) as info:
+        make(n_actors=8, n_buffers=8)
+    assert time.monotonic() - tic < BOUND
+    message = str(info.value)
+    for said in ("n_actors=8 workers ask Ray for 8 CPU (1 CPU each)",
+                 "have 2 CPU: 2 of the workers fit", "n_actors=2 or fewer",
+                 "actor_options={'num_cpus': ...}", "address="):
+        assert said in message, message
+    assert set(_ray_actors()) == before
+    # a quarter of a CPU each: eight fit (the check only, no actor made)
+    assert cluster.placeable(
+        [node["Resources"] for node in ray.nodes() if node["Alive"]],
+        {"CPU": 0.25}) == 8
+
+
+def test_a_cluster_that_may_grow_is_warned_of(monkeypatch):
+    """A cluster joined (not started by this process) may have an
+    autoscaler: the same request goes ahead, with a warning that Python
+    shows by default (the check alone here: no actor made)."""
+    monkeypatch.setattr(cluster, "_cluster_fixed", lambda: False)
+    options = {"num_cpus": 1}
+    with pytest.warns(RuntimeWarning, match="wait until the cluster grows"):
+        cluster._check_placement(options, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cluster._check_placement(options, 2)  # they fit: not a word
+
+
+def test_placeable_counts_node_by_node():
+    """An actor runs on one node: two nodes of 1.5 CPUs hold two workers
+    of one CPU, not three."""
+    nodes = [{"CPU": 1.5}, {"CPU": 1.5, "GPU": 1.0}]
+    assert cluster.placeable(nodes, {"CPU": 1.0}) == 2
+    assert cluster.placeable(nodes, {"CPU": 0.5, "GPU": 0.5}) == 2
+    assert cluster.placeable(nodes, {"CPU": 0.1}) == 30
+    assert cluster.placeable(nodes, {"tpu": 1.0}) == 0
+    assert cluster.placeable(nodes, {}) == float("inf")
 
 
 # -------------------------------------------------------- Ray is optional --

@@ -14,7 +14,11 @@ import torch
 
 from conftest import _direct_children
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# the script imports this checkout's rlplay, whatever is installed
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 N_BATCHES, EVERY, KILL_AFTER = 30, 5, 10
 # how long one part of the script may take, at most (seconds): a spawned
 # worker and evaluator, 30 batches of 1024 CartPole steps and PPO updates,
@@ -54,7 +58,7 @@ def _start(script, checkpoint):
     return subprocess.Popen(
         [sys.executable, str(script), str(checkpoint), str(N_BATCHES)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        cwd=script.parent)
+        cwd=script.parent, env=ENV)
 
 
 def test_the_long_run_survives_kill_9(tmp_path):
@@ -93,7 +97,8 @@ def test_the_long_run_survives_kill_9(tmp_path):
 
     done = subprocess.run(
         [sys.executable, str(script), str(checkpoint), str(N_BATCHES)],
-        capture_output=True, text=True, timeout=BOUND, cwd=tmp_path)
+        capture_output=True, text=True, timeout=BOUND, cwd=tmp_path,
+        env=ENV)
     assert done.returncode == 0, done.stdout + done.stderr
     second = [tuple(float(x) for x in LINE.fullmatch(line).groups())
               for line in done.stdout.split("\n") if line]

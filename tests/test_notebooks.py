@@ -113,6 +113,24 @@ CHECKS = {
 }
 
 
+def _quiet_with_plots(nb, path):
+    """Nothing on stderr (no warnings of the libraries it starts: Ray's,
+    tqdm's) and at least one figure."""
+    noise = [output.get("text", "")[:300] for cell in nb.cells
+             for output in cell.get("outputs", ())
+             if output.get("output_type") == "stream"
+             and output.get("name") == "stderr"]
+    assert not noise, f"{path.name} printed on stderr: {noise}"
+    figures = [output for cell in nb.cells
+               for output in cell.get("outputs", ())
+               if "image/png" in output.get("data", {})]
+    assert figures, f"{path.name} shows no plot"
+
+
+# checks of the executed notebook's outputs, beside its RESULT
+OUTPUT_CHECKS = {"08_off_policy": _quiet_with_plots}
+
+
 def _ids(path):
     return path.stem
 
@@ -217,3 +235,6 @@ def test_notebook_runs(path, kernel_spec_manager):
     check = CHECKS.get(path.stem)
     if check is not None:
         check(result)
+    check = OUTPUT_CHECKS.get(path.stem)
+    if check is not None:
+        check(nb, path)

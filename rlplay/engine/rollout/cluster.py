@@ -64,6 +64,17 @@ batches published since the request was made. ``max_lag``, the batch,
 learner's side (:class:`~._gather.Gathered`) this generator shares: only
 the source of ready fragments differs (:class:`RayRequests`).
 
+Placement: before it creates an actor, the learner counts how many
+workers the nodes of the cluster can hold, node by node, with what each
+asks of Ray (``num_cpus``, ``num_gpus``, ``memory``, ``resources``;
+:func:`placeable`). Ray would leave the others pending, never started, and
+the first batch would wait for them until ``timeout``. A Ray that this
+process started (``ray.init()`` without an address, or rlplay's own)
+cannot grow, and such a request is refused with a ``ValueError``; a
+cluster joined may have an autoscaler that adds nodes, and such a request
+goes ahead with a ``RuntimeWarning`` (a ``ResourceWarning`` would be
+hidden by Python's default warning filters).
+
 Waits and errors: every wait is one ``ray.wait`` on every pending call
 (start and fill) of every worker (:mod:`._remote`), bounded as in
 :mod:`.multi` by ``timeout`` without news (plus ``start_timeout`` while a
@@ -92,6 +103,8 @@ within ``shutdown_timeout``); then Ray is shut
 down if rlplay started it and no other rollout uses it.
 """
 import itertools
+import math
+import warnings
 
 from ..pool import layout
 from ._base import PoolKeywords, Stats, Unpack, spell_out
@@ -107,7 +120,79 @@ try:
 except ImportError:  # optional: Rollout() says how to install it
     ray = None
 
-__all__ = ["rollout", "Rollout", "RayRequests"]
+__all__ = ["rollout", "Rollout", "RayRequests", "placeable"]
+
+# what a worker may ask of Ray (keywords of ray.remote's options), by the
+# name of the resource in ray.cluster_resources()
+_RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+def _demand(options):
+    """What one worker asks of Ray: ``{resource: amount}``, amounts > 0."""
+    demand = {name: float(options.get(key) or 0)
+              for key, name in _RESOURCE_OPTIONS.items()}
+    demand.update((name, float(amount)) for name, amount
+                  in (options.get("resources") or {}).items())
+    return {name: amount for name, amount in demand.items() if amount > 0}
+
+
+def placeable(nodes, demand):
+    """How many workers that each ask ``demand`` (``{resource: amount}``)
+    the ``nodes`` can hold together: on each node, as many as the scarcest
+    resource allows (an actor runs on one node). ``nodes`` are the
+    resources of each live node (``{resource: amount}``); ``math.inf``
+    when nothing is asked.
+
+    >>> placeable([{"CPU": 2.0}, {"CPU": 1.0, "GPU": 1.0}], {"CPU": 1.0})
+    3
+    >>> placeable([{"CPU": 2.0}, {"CPU": 1.0, "GPU": 1.0}],
+    ...           {"CPU": 0.5, "GPU": 0.5})
+    2
+    """
+    if not demand:
+        return math.inf
+    # a little slack, so that 1.0 / 0.1 counts 10 actors, not 9
+    return sum(min(math.floor(node.get(name, 0.0) / amount + 1e-9)
+                   for name, amount in demand.items()) for node in nodes)
+
+
+def _cluster_fixed():
+    """Whether this process started the Ray it is joined to (its head node),
+    which no autoscaler grows; ``False`` when it cannot tell."""
+    try:
+        from ray._private import worker  # Ray's own record, not public API
+        node = worker._global_node
+    except (ImportError, AttributeError):
+        return False
+    return bool(getattr(node, "head", False))
+
+
+def _check_placement(options, n_actors):
+    """Refuse (a Ray that cannot grow), or warn of (a cluster joined), a
+    request of ``n_actors`` workers that the cluster's nodes cannot hold
+    together (see the module docstring)."""
+    demand = _demand(options)
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    fits = placeable(nodes, demand)
+    if fits >= n_actors:
+        return
+    total = ray.cluster_resources()
+    each = ", ".join(f"{amount:g} {name}" for name, amount in demand.items())
+    asked = ", ".join(f"{amount * n_actors:g} {name}"
+                      for name, amount in demand.items())
+    has = ", ".join(f"{total.get(name, 0):g} {name}" for name in demand)
+    said = (f"n_actors={n_actors} workers ask Ray for {asked} ({each} each), "
+            f"but the {len(nodes)} node(s) of this Ray cluster have {has}: "
+            f"{fits} of the workers fit")
+    cure = (f"use n_actors={fits} or fewer, ask less of each worker "
+            f"(actor_options={{'num_cpus': ...}}), or join a larger cluster "
+            f"(address=...)")
+    if _cluster_fixed():
+        raise ValueError(f"{said}, and a Ray started by this process does "
+                         f"not grow; the others would never start: {cure}")
+    warnings.warn(f"{said} now; the others wait until the cluster grows (an "
+                  f"autoscaler), else the first batch times out: {cure}",
+                  RuntimeWarning, stacklevel=5)
 
 
 class RayRequests:
@@ -203,6 +288,7 @@ class Rollout(Gathered):
                restart_delay, shutdown_timeout, run):
         release = join(self._address)
         try:
+            _check_placement(self._options, n_actors)
             self._source = requests = RayRequests(
                 ray.put(spec), Buffers(None, *layout(template)), n_actors,
                 n_buffers, run)
@@ -250,9 +336,11 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
         Options of each worker's Ray actor (``num_cpus``, ``resources``,
         ``scheduling_strategy``, ``runtime_env``...; ``max_restarts`` is
         refused: see ``restarts``); by default one CPU each, spread over
-        the nodes. The factory and the actor travel cloudpickled: the
-        packages they use must exist on every node or come in a
-        ``runtime_env``.
+        the nodes. ``n_actors`` workers that the nodes cannot hold
+        together are refused up front by a Ray started by this process
+        (see the module docstring). The factory and the actor travel
+        cloudpickled: the packages they use must exist on every node or
+        come in a ``runtime_env``.
 
     Returns
     -------
@@ -266,7 +354,8 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     ImportError
         Ray is not installed.
     ValueError, TypeError, RuntimeError
-        As ``multi``; also bad ``actor_options``.
+        As ``multi``; also bad ``actor_options``, and more workers than a
+        Ray started by this process can hold.
     WorkerError, WorkerDied, RolloutTimeout
         From ``next()``: see the module docstring.
 

@@ -1,0 +1,54 @@
+"""What ``make demo`` and ``make test`` install, read from dry runs
+(``make -n``: nothing is installed), and the extras of setup.cfg."""
+import configparser
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None,
+                                reason="needs make")
+
+
+def _extras():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    extras = config["options.extras_require"]
+    return {name: [line.split("#")[0].strip()
+                   for line in extras[name].splitlines()
+                   if line.split("#")[0].strip()] for name in extras}
+
+
+def _installs(target, venv):
+    """The pip install lines that ``make target`` would run."""
+    done = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if "pip install" in line]
+
+
+def test_make_demo_installs_the_demo_extra_alone(tmp_path):
+    installs = _installs("demo", tmp_path / "venv")
+    assert len(installs) == 1, installs
+    assert "-c constraints.txt" in installs[0]
+    assert installs[0].endswith("-e '.[demo]'"), installs[0]
+
+
+def test_make_test_after_make_demo_installs_the_rest(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed-demo").touch()  # make demo has run
+    assert _installs("demo", venv) == []
+    installs = _installs("test", venv)
+    assert len(installs) == 1, installs
+    asked = installs[0].rsplit("[", 1)[1].split("]")[0].split(",")
+    assert sorted(asked) == sorted(_extras()), asked
+
+
+def test_the_notebooks_extra_has_a_front_end():
+    """``pip install rlplay[notebooks]`` can open the notebooks
+    (``jupyter lab notebooks/``), not only execute them."""
+    assert any(req.startswith("jupyterlab") for req in _extras()["notebooks"])

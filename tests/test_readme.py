@@ -1,0 +1,89 @@
+"""Every Python block of README.md runs as written: each is saved as a
+script of its own and run in a fresh interpreter, from an empty
+directory, as a reader would run it after ``pip install rlplay`` (and the
+extra a block names).
+
+A block may be preceded by one marker, an HTML comment that the rendered
+README does not show:
+
+- ``<!-- args: A B -->``: the script is run with these arguments;
+- ``<!-- not run: reason -->``: the block is not run, for the reason given
+  (use it sparingly: a block that cannot run as written is a bug of the
+  README).
+
+The scripts import this checkout's rlplay (``PYTHONPATH``), and the
+``demo`` extra (tqdm) is hidden from them: the README's examples need
+rlplay alone. A block that uses Ray is skipped where Ray is missing.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
+                   r"```python\n(.*?)```\n", flags=re.S)
+# what a block needs, by what it says: the module that must be importable
+NEEDS = {"rollout import cluster": "ray", "import ray": "ray"}
+# a bound on one block (seconds), for a loaded two-core machine: the
+# slowest starts a local Ray and two Ray actors that import torch (about
+# 20 s on an idle machine); a backstop, not a measure
+BOUND = 240
+# a module that a plain install lacks: importing it fails as it would there
+HIDDEN = "tqdm"
+
+
+def _blocks():
+    text = README.read_text()
+    for match in BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start(3))
+        yield pytest.param(match.group(1), match.group(2), match.group(3),
+                           id=f"line{line}")
+
+
+BLOCKS = list(_blocks())
+
+
+def test_the_readme_has_blocks_and_reasons():
+    assert len(BLOCKS) >= 4, "the README's Python blocks went missing"
+    for param in BLOCKS:
+        kind, said, _ = param.values
+        assert kind is None or said, (
+            f"README {param.id}: the marker needs {kind}: something")
+
+
+def _plain(tmp_path):
+    """A directory that, first on the path, hides :data:`HIDDEN`."""
+    hide = tmp_path / "plain"
+    hide.mkdir()
+    (hide / f"{HIDDEN}.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{HIDDEN}'\", "
+        f"name={HIDDEN!r})\n")
+    return hide
+
+
+@pytest.mark.timeout(BOUND + 60)
+@pytest.mark.parametrize("kind, said, code", BLOCKS)
+def test_block_runs_as_written(kind, said, code, tmp_path):
+    if kind == "not run":
+        pytest.skip(said)
+    for needle, module in NEEDS.items():
+        if needle in code:
+            pytest.importorskip(module)
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    args = shlex.split(said) if kind == "args" else []
+    path = [str(_plain(tmp_path)), str(ROOT), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)))
+    tic = time.monotonic()
+    done = subprocess.run([sys.executable, script.name, *args],
+                          cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=BOUND)
+    print(f"{time.monotonic() - tic:.1f} s")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
