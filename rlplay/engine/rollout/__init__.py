@@ -42,7 +42,8 @@ keyword             default    meaning
                                reused buffer (valid until the next
                                ``next()``)
 ``check_spaces``    'first'    check actions and observations against their
-                               spaces during each worker's first fragment
+                               spaces, and rewards for NaN, during each
+                               worker's first fragment
                                (``'first'``), every step (``'always'``) or
                                never (``'never'``)
 ``start_method``    ``None``   ``'forkserver'`` (the default), ``'spawn'``
