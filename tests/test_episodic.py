@@ -519,3 +519,47 @@ def test_a_dataset_recorded_by_two_workers_loads_back(tmp_path, monkeypatch):
 def test_record_needs_the_spaces():
     with pytest.raises(ValueError, match="env= .* or both"):
         episodic.record(iter([]), "x/y-v0", 2)
+
+
+class Untouched:
+    """A feed that fails the test if anything is collected from it."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise AssertionError("a batch was asked for before the dataset id "
+                             "was checked")
+
+
+def _tree(root):
+    return sorted(os.path.relpath(os.path.join(path, name), root)
+                  for path, dirs, files in os.walk(root)
+                  for name in dirs + files)
+
+
+@pytest.mark.parametrize("dataset_id, error, match", [
+    ("", ValueError, "dataset_id must be"),
+    (None, TypeError, "dataset_id must be a str, .* got NoneType None"),
+    (42, TypeError, "dataset_id must be a str, .* got int 42"),
+    ("no_version", ValueError, "got 'no_version'"),
+    ("rel/x-vA", ValueError, "got 'rel/x-vA'"),
+    ("rel/Bad Name-v0", ValueError, "got 'rel/Bad Name-v0'"),
+    ("../../../escape/evil-v0", ValueError, "dataset_id must be"),
+    ("/abs/evil-v0", ValueError, "dataset_id must be"),
+    ("a/../../evil-v0", ValueError, "dataset_id must be"),
+    ("old/exists-v0", ValueError, "exists already"),
+])
+def test_a_bad_dataset_id_is_refused_before_anything_is_collected(
+        tmp_path, monkeypatch, dataset_id, error, match):
+    pytest.importorskip("minari")
+    datasets = tmp_path / "a" / "b" / "c" / "datasets"
+    (datasets / "old" / "exists-v0").mkdir(parents=True)
+    before = _tree(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets))
+    env = VaryingEnv()
+    with pytest.raises(error, match=match):
+        episodic.record(Untouched(), dataset_id, 2,
+                        observation_space=env.observation_space,
+                        action_space=env.action_space)
+    assert _tree(tmp_path) == before

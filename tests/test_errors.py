@@ -1,6 +1,7 @@
 """Bad input gets a clear exception: one test per case, through the
 same-process generator (and the core loops where that is the only way)."""
 import functools
+from contextlib import closing
 
 import numpy as np
 import pytest
@@ -10,8 +11,9 @@ from envs import (BadKeyEnv, BadRewardEnv, BadShapeEnv, CountingEnv,
                   EpisodeInfoEnv, OldStepEnv, StructuredEnv, failing_factory)
 from rlplay.engine import BaseActorModule
 from rlplay.engine.core import evaluate, prepare
+from rlplay.engine.errors import WorkerError
 from rlplay.engine.nested import StructureError
-from rlplay.engine.rollout import same
+from rlplay.engine.rollout import same, single
 
 
 class Actor(BaseActorModule):
@@ -341,6 +343,32 @@ def test_a_reward_that_is_not_a_number(reward, shown):
         rollout(factory, Actor(), n_envs=1)
     with pytest.raises(TypeError, match=match):
         evaluate([factory()], Actor(), 1)
+
+
+def test_a_nan_reward_is_refused_where_spaces_are_checked():
+    """In collection and in evaluation, naming the env column and step; a
+    worker's is a WorkerError with that message, not restarted."""
+    factory = functools.partial(BadRewardEnv, float("nan"), at=3,
+                                term_every=5)
+    match = r"env 0 step 2: the reward is NaN"
+    with pytest.raises(ValueError, match=match):
+        rollout(factory, Actor(), n_envs=1)
+    with pytest.raises(ValueError, match=match):
+        rollout(factory, Actor(), n_envs=1, check_spaces="always")
+    with pytest.raises(ValueError, match=match):
+        evaluate([factory()], Actor(), 1)
+    with pytest.raises(ValueError, match="env 1 step 2: the reward is NaN"):
+        evaluate([CountingEnv(term_every=5), factory()], Actor(), 2)
+    # the check is the space checks': off with them
+    rollout(factory, Actor(), n_envs=1, check_spaces="never")
+    evaluate([factory()], Actor(), 1, check_spaces="never")
+    with closing(single.rollout(factory, Actor(), 4, 1, start_method="fork",
+                                restarts=1)) as feed:
+        with pytest.raises(WorkerError, match=match) as info:
+            next(feed)
+            next(feed)
+        assert info.value.type_name == "builtins.ValueError"
+        assert feed.stats["restarts"] == 0
 
 
 def test_rewards_of_numpy_types_are_numbers():

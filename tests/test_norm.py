@@ -1,5 +1,6 @@
 """RunningNorm (rlplay.engine.norm): exact running statistics, fed from
 any generator's batches, travelling to the workers with the parameters."""
+import math
 from functools import partial
 
 import numpy as np
@@ -51,6 +52,39 @@ def test_masked_rows_and_bad_shapes():
     assert torch.equal(again.mean, norm.mean) and again.count == norm.count
     assert norm.clip is None and RunningNorm((2,), clip=5.0)(
         torch.full((1, 2), 1e9)).max().item() == 5.0
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(shape=(-1,)), ValueError, r"shape must be a tuple of ints >= 1, "
+                                    r"got \(-1,\)"),
+    (dict(shape=(0, 2)), ValueError, r"shape .* got \(0, 2\)"),
+    (dict(shape=(2.5,)), TypeError, r"shape must be a tuple of ints, got "
+                                    r"\(2.5,\)"),
+    (dict(shape="ab"), TypeError, "shape must be a tuple of ints, got str"),
+    (dict(shape=None), TypeError, "shape must be a tuple of ints, got "
+                                  "NoneType"),
+    (dict(shape=(True,)), TypeError, "shape must be a tuple of ints"),
+    (dict(shape=(2,), clip=-1.0), ValueError, "clip must be None or a "
+                                              "number > 0, got -1.0"),
+    (dict(shape=(2,), clip=0), ValueError, "clip .* got 0"),
+    (dict(shape=(2,), clip=float("nan")), ValueError, "clip .* got nan"),
+    (dict(shape=(2,), clip=-math.inf), ValueError, "clip .* got -inf"),
+    (dict(shape=(2,), clip="5"), TypeError, "clip must be a number"),
+    (dict(shape=(2,), eps=-1e-8), ValueError, "eps must be a finite number "
+                                              ">= 0, got -1e-08"),
+    (dict(shape=(2,), eps=float("nan")), ValueError, "eps .* got nan"),
+    (dict(shape=(2,), eps=math.inf), ValueError, "eps .* got inf"),
+    (dict(shape=(2,), eps=None), TypeError, "eps must be a number"),
+])
+def test_bad_arguments_are_refused_naming_them(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RunningNorm(**kwargs)
+
+
+def test_good_arguments_are_taken():
+    assert RunningNorm(()).mean.shape == ()
+    assert RunningNorm(torch.Size([3, 2])).shape == (3, 2)
+    assert RunningNorm([np.int64(2)], eps=0, clip=math.inf).shape == (2,)
 
 
 @pytest.mark.parametrize("sticky", [False, True])

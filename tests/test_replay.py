@@ -506,3 +506,74 @@ def test_bad_input_is_refused_and_leaves_the_buffer_as_it_was():
         prio.update(prio.indices()[:3], [1.0, float("nan"), 1.0])
     with pytest.raises(ValueError, match="shaped"):
         prio.update(prio.indices()[:3], [1.0])
+
+
+@pytest.mark.parametrize("cls", [Replay, PrioritizedReplay])
+def test_a_capacity_too_large_is_refused_before_anything_is_allocated(cls):
+    with same.rollout(lambda: CountingEnv(term_every=3), CountingActor(),
+                      4, 2) as feed:
+        batch = next(feed)
+    for capacity in (10 ** 13, 10 ** 30):
+        replay = cls(capacity)  # nothing allocated before the layout
+        assert replay.nbytes_per_node is None
+        with pytest.raises(MemoryError, match=f"capacity={capacity}"):
+            cls(capacity, example=batch)
+        with pytest.raises(MemoryError, match=f"capacity={capacity}"):
+            replay.extend(batch)
+        assert replay.n_stored == 0 and len(replay) == 0
+    with pytest.raises(TypeError, match="capacity"):
+        cls(1e13)
+
+
+def test_update_refuses_indices_and_priorities_of_another_type():
+    prio = _filled(PrioritizedReplay, n_batches=2)
+    before = pickle.dumps(prio.state_dict())
+    index = prio.indices()[:3]
+    with pytest.raises(TypeError, match="index must hold the ints"):
+        prio.update(index + 0.7, [1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="index must hold the ints"):
+        prio.update(torch.as_tensor(index, dtype=torch.float32),
+                    [1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="priorities must be numbers"):
+        prio.update(index, ["1", "2", "3"])
+    assert pickle.dumps(prio.state_dict()) == before
+    prio.update(torch.as_tensor(index), np.array([1, 2, 3], np.int32))
+
+
+def _damaged_state(state, key, value):
+    state = dict(state)
+    if value is KeyError:
+        del state[key]
+    else:
+        state[key] = value
+    return state
+
+
+@pytest.mark.parametrize("cls", [Replay, PrioritizedReplay])
+def test_a_damaged_state_is_refused_and_leaves_the_buffer_as_it_was(cls):
+    replay = _filled(cls, n_batches=3)
+    good = replay.state_dict()
+    saved = pickle.dumps(good)
+    cases = [("cur", KeyError), ("lanes", KeyError), ("rng", KeyError),
+             ("store", KeyError), ("total", KeyError),
+             ("store", "abc"), ("store", {"data": 1}), ("cur", "abc"),
+             ("cur", good["cur"][:-1]), ("lanes", None), ("lanes", {}),
+             ("rng", None), ("rng", {"state": 1}), ("total", "3"),
+             ("linked", -1), ("hx", "abc")]
+    if cls is PrioritizedReplay:
+        cases += [("tree", KeyError), ("tree", None),
+                  ("tree", {"leaves": np.zeros(3)}),
+                  ("max_priority", "big"), ("alpha", float("nan"))]
+    for key, value in cases:
+        with pytest.raises((ValueError, TypeError),
+                           match=rf"state\['{key}'\]"):
+            replay.load_state_dict(_damaged_state(good, key, value))
+        assert pickle.dumps(replay.state_dict()) == saved, (key, value)
+    for state in ([good], None, "state"):
+        with pytest.raises(TypeError, match="state must be a dict"):
+            replay.load_state_dict(state)
+    assert pickle.dumps(replay.state_dict()) == saved
+    # and it goes on as it would have
+    sample = replay.sample(8, n_step=2)
+    replay.load_state_dict(pickle.loads(saved))
+    assert torch.equal(replay.sample(8, n_step=2).index, sample.index)

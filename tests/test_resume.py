@@ -8,6 +8,7 @@ resets seeded by the resume's branch of the seeding tree (none of the
 first run's seeds); two resumes from one state agree; a resume that
 would shape the batch otherwise is refused, naming what differs.
 """
+import copy
 import functools
 import io
 import itertools
@@ -355,3 +356,91 @@ def test_a_resume_goes_on_with_the_restarts_of_the_run():
         # the budget of 1 was spent before the checkpoint
         with pytest.raises(WorkerDied, match="after 1 restart$"):
             killed(feed)
+
+
+def _damaged(state, path, value):
+    """A deep copy of ``state`` with the entry at ``path`` (a tuple of
+    keys) set to ``value``, or removed where ``value`` is ``_MISSING``."""
+    state = copy.deepcopy(state)
+    parent = state
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is _MISSING:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return state
+
+
+_MISSING = object()
+
+# (path, value, error, what the message names)
+DAMAGED = [
+    *[((key,), _MISSING, ValueError, rf"resume\['{key}'\] is missing")
+      for key in ("kind", "settings", "layout", "seeds", "counters",
+                  "version", "workers")],
+    (("settings",), None, TypeError, r"resume\['settings'\] must be a dict"),
+    (("seeds",), None, TypeError, r"resume\['seeds'\] must be a dict"),
+    (("workers",), None, TypeError, r"resume\['workers'\] must be a list"),
+    (("counters",), [], TypeError, r"resume\['counters'\] must be a dict"),
+    (("workers", 0), None, TypeError, r"resume\['workers'\]\[0\] must be"),
+    (("layout", "buffer"), None, TypeError,
+     r"resume\['layout'\]\['buffer'\] must be"),
+    (("version",), "3", TypeError, r"resume\['version'\] must be an int, "
+                                   r"got '3'"),
+    (("version",), -3, ValueError, r"resume\['version'\] must be at least "
+                                   r"0, got -3"),
+    (("workers", 0, "seq"), -5, ValueError,
+     r"resume\['workers'\]\[0\]\['seq'\] must be at least 0, got -5"),
+    (("workers", 0, "seq"), "x", TypeError,
+     r"resume\['workers'\]\[0\]\['seq'\] must be an int, got 'x'"),
+    (("workers", 0, "generation"), 2.5, TypeError,
+     r"resume\['workers'\]\[0\]\['generation'\] must be an int, got 2.5"),
+    (("workers", 0, "restarts"), _MISSING, ValueError,
+     r"resume\['workers'\]\[0\]\['restarts'\] is missing"),
+    (("seeds", "resumes"), -1, ValueError,
+     r"resume\['seeds'\]\['resumes'\] must be at least 0, got -1"),
+    (("seeds", "entropy"), "abc", TypeError,
+     r"resume\['seeds'\]\['entropy'\] must be an int or a list"),
+    (("seeds", "spawn_key"), [-1], ValueError,
+     r"resume\['seeds'\]\['spawn_key'\]\[0\] must be at least 0"),
+    (("seeds", "pool_size"), None, TypeError,
+     r"resume\['seeds'\]\['pool_size'\] must be an int, got None"),
+    (("counters", "steps"), "many", TypeError,
+     r"resume\['counters'\]\['steps'\] must be a finite number"),
+    (("counters", "steps"), -1, ValueError,
+     r"resume\['counters'\]\['steps'\] must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("path, value, error, match", DAMAGED,
+                         ids=lambda v: "" if not isinstance(v, tuple) else
+                         "-".join(map(str, v)))
+def test_a_damaged_state_is_refused_naming_resume(path, value, error, match):
+    _, _, state, _ = _run("same", 1, entropy=1)
+    with pytest.raises(error, match=match):
+        with closing(make("same", FACTORY, CountingActor(), T, B,
+                          resume=_damaged(state, path, value))) as feed:
+            next(feed)
+
+
+@pytest.mark.parametrize("kind", ["single", "multi", "evaluator"])
+def test_a_damaged_state_is_refused_before_any_worker_starts(kind):
+    if kind == "evaluator":
+        feed = make(kind, FACTORY, CountingActor(), n_envs=1, n_episodes=1)
+    else:
+        feed = make(kind, FACTORY, CountingActor(), T, B, n_actors=2,
+                    n_per_batch=2, n_buffers=4)
+    with closing(feed):
+        state = _roundtrip(feed.state_dict())
+    for path, value, error, match in [
+            (("workers", 0, "seq"), -5, ValueError, r"\['seq'\]"),
+            (("version",), -3, ValueError, r"\['version'\]"),
+            (("seeds", "resumes"), -1, ValueError, r"\['resumes'\]"),
+            (("workers",), None, TypeError, r"\['workers'\]")]:
+        with pytest.raises(error, match=r"resume\S*" + match):
+            make(kind, FACTORY, CountingActor(), T, B, n_actors=2,
+                 n_per_batch=2, n_buffers=4,
+                 resume=_damaged(state, path, value)) if kind != "evaluator" \
+                else make(kind, FACTORY, CountingActor(), n_envs=1,
+                          n_episodes=1, resume=_damaged(state, path, value))

@@ -106,3 +106,21 @@ def test_record_needs_envs_that_render_frames(tmp_path):
 def test_record_must_be_a_directory():
     with pytest.raises(TypeError, match="record must be a directory"):
         make("evaluator", render_factory, CountingActor(), record=3)
+
+
+def test_a_directory_that_cannot_be_written_is_refused_up_front(tmp_path):
+    # refused in the learner, before the worker starts (which would fail
+    # at its first video, and be restarted to no avail)
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    bad = [afile, afile / "videos"]
+    if os.geteuid() != 0:  # root writes into a read-only directory
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        bad.append(locked)
+    for record in bad:
+        with pytest.raises(ValueError, match="record must be a directory "
+                                             "that can be written, got"):
+            make("evaluator", render_factory, CountingActor(), record=record,
+                 restarts=1)
+    assert not list(tmp_path.glob("**/tmp*"))

@@ -99,12 +99,14 @@ are checked against the action space before the envs get them, and the
 observations from ``reset`` and ``step`` against the observation space, as
 a vectorised ``space.contains`` (:func:`rlplay.engine.envs.space_checker`):
 ``Discrete``/``MultiDiscrete`` ranges (with ``start``), ``MultiBinary``
-0/1, ``Box`` NaN and bounds, integral values for integer spaces. By default
-this covers every step of the first fragment that each :class:`Context`
-collects, as Gymnasium's passive env checker covers an env's first steps;
-later fragments pay nothing. A failure is a ``ValueError`` naming the env
-column ``j``, the step ``t`` within the fragment and the value, e.g. ``env
-3 step 5: the actor's action 7 is outside the action space Discrete(3)``.
+0/1, ``Box`` NaN and bounds, integral values for integer spaces; and the
+rewards, for NaN (a NaN reward poisons every return and advantage of its
+column). By default this covers every step of the first fragment that each
+:class:`Context` collects, as Gymnasium's passive env checker covers an
+env's first steps; later fragments pay nothing. A failure is a
+``ValueError`` naming the env column ``j``, the step ``t`` within the
+fragment and the value, e.g. ``env 3 step 5: the actor's action 7 is
+outside the action space Discrete(3)``.
 
 With ``sticky=True`` an env whose episode ends at row ``t`` is not stepped
 again in this fragment: every later row ``t' > t`` of that env repeats row
@@ -577,6 +579,19 @@ class _SpaceChecks:
             raise ValueError(f"{label(j)}: {message}{_CHECK_HINT}")
 
 
+    @staticmethod
+    def reward(rew_row, t, envs_at=None):
+        """Raise for the first NaN reward of ``rew_row`` (B,): it would
+        poison every return and advantage of its column."""
+        nan = np.isnan(rew_row)
+        if nan.any():
+            j = int(np.flatnonzero(nan)[0])
+            j = j if envs_at is None else int(envs_at[j])
+            raise ValueError(f"env {j} step {t}: the reward is NaN, which "
+                             f"would poison every return and advantage of "
+                             f"its column{_CHECK_HINT}")
+
+
 def _raise_cast(label, problem):
     # an observation that recording changed (see envs.cast_problem)
     raise ValueError(f"{label}: {problem}{_CHECK_HINT}")
@@ -725,8 +740,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     version : int
         The parameter version recorded in ``meta.version``.
     check_spaces : {'first', 'always', 'never'}
-        When to check actions and observations against the env's spaces
-        (see the module docstring): ``'first'``, every step of the first
+        When to check actions and observations against the env's spaces,
+        and rewards for NaN (see the module docstring): ``'first'``, every step of the first
         fragment collected with ``ctx`` (with the reset observations of
         :func:`startup` in its row 0); ``'always'``, every step of every
         fragment; ``'never'``.
@@ -739,8 +754,9 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     Raises
     ------
     ValueError
-        A bad ``check_spaces``; an action or observation outside its space
-        (the message names the env column ``j`` and the step ``t``).
+        A bad ``check_spaces``; an action or observation outside its space,
+        a NaN reward (the message names the env column ``j`` and the step
+        ``t``).
     TypeError, ValueError, StructureError
         An action, ``hx``, ``info``, observation or reward that does not
         fit the buffer's layout.
@@ -804,6 +820,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                 suply(_copy_at, step.out.final, row_next.obs, j=lost)
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
+            checks.reward(row_next.rew, t)
         hx = hx_next
         if ended or frozen or lost:
             if sticky:  # every env whose episode ended is frozen
@@ -1082,6 +1099,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         ep_return[counted] += rew[counted]
         ep_length[counted] += 1
         npy.rew[live] = rew[live]
+        if checking:
+            checks.reward(rew[live], t, live)
         ended = [j for j in ended if active[j]]
         if checking and ended:  # the last observations
             checks.observation(getitem(last, ended), _final_label(t), ended)

@@ -8,6 +8,9 @@ parameters to worker processes and Ray actors), the ``Evaluator`` with
 those of the version submitted, and ``state_dict`` saves them with the
 actor.
 """
+import math
+import numbers
+
 import torch
 from torch import nn
 
@@ -27,11 +30,21 @@ class RunningNorm(nn.Module):
     Parameters
     ----------
     shape : tuple of int
-        The shape of one input (the trailing dimensions).
+        The shape of one input (the trailing dimensions), each at least 1
+        (``()`` for scalars).
     eps : float
-        Added to the variance before the square root.
+        Added to the variance before the square root: finite, at least 0.
     clip : float, optional
-        Clip the normalized values to ``[-clip, clip]``.
+        Clip the normalized values to ``[-clip, clip]``: a number above 0
+        (``inf`` clips nothing, as ``None``).
+
+    Raises
+    ------
+    TypeError
+        ``shape`` not a sequence of ints, ``eps`` or ``clip`` not a number.
+    ValueError
+        A dimension below 1, ``eps`` below 0 or not finite, ``clip`` not
+        above 0 (NaN included).
 
     Examples
     --------
@@ -45,8 +58,8 @@ class RunningNorm(nn.Module):
 
     def __init__(self, shape, *, eps=1e-8, clip=None):
         super().__init__()
-        self.shape = tuple(shape)
-        self.eps, self.clip = float(eps), clip
+        self.shape = _check_shape(shape)
+        self.eps, self.clip = _check_eps(eps), _check_clip(clip)
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(self.shape,
                                                  dtype=torch.float64))
@@ -102,3 +115,40 @@ class RunningNorm(nn.Module):
         if self.clip is not None:
             out = out.clamp(-self.clip, self.clip)
         return out.to(x.dtype if x.is_floating_point() else torch.float32)
+
+
+def _number(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got "
+                        f"{type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _check_shape(shape):
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"shape must be a tuple of ints, got "
+                        f"{type(shape).__name__} {shape!r}")
+    shape = tuple(shape)
+    for n in shape:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"shape must be a tuple of ints, got {shape!r}")
+        if n < 1:
+            raise ValueError(f"shape must be a tuple of ints >= 1, got "
+                             f"{shape!r}")
+    return tuple(int(n) for n in shape)
+
+
+def _check_eps(eps):
+    value = _number("eps", eps)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    return value
+
+
+def _check_clip(clip):
+    if clip is None:
+        return None
+    value = _number("clip", clip)
+    if not value > 0:
+        raise ValueError(f"clip must be None or a number > 0, got {clip!r}")
+    return value

@@ -131,7 +131,10 @@ class Replay:
     ----------
     capacity : int
         Nodes held: one per state an executed action led to, plus one per
-        episode start (the oldest are overwritten first).
+        episode start (the oldest are overwritten first). The memory they
+        take is checked once the layout is known (``example``, or the
+        first batch given to :meth:`extend`), before anything is
+        allocated: a ``MemoryError`` that names the capacity.
     device : torch.device or str, optional
         Where sampled transitions go (the CPU by default).
     pinned : bool
@@ -676,25 +679,115 @@ class Replay:
 
     def load_state_dict(self, state):
         """Go on from :meth:`state_dict` (of a buffer of the same kind and
-        capacity); the arrays are copied."""
+        capacity); the arrays are copied.
+
+        Raises
+        ------
+        ValueError, TypeError
+            A state of another kind or capacity, or a damaged one (a key
+            missing, an entry of another type or shape); the message names
+            the entry (``state['cur']``) and what was found. A refused
+            state leaves the buffer as it was: everything is checked and
+            built before anything is assigned.
+        """
+        self._assign(self._loaded(state))
+
+    def _loaded(self, state):
+        """What :meth:`load_state_dict` assigns, checked and copied."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict of state_dict(), got "
+                            f"{type(state).__name__}")
         if state.get("kind") != type(self).__name__ \
                 or state.get("capacity") != self.capacity:
             raise ValueError(
                 f"a state of {state.get('kind')}(capacity="
                 f"{state.get('capacity')}) does not load into "
                 f"{type(self).__name__}(capacity={self.capacity})")
+        for key in ("store", "cur", "hx", "hx_dim", "total", "linked",
+                    "lanes", "rng"):
+            if key not in state:
+                raise ValueError(f"state[{key!r}] is missing: a buffer's "
+                                 f"state_dict() holds it")
+        C, out = self.capacity, {}
         store = state["store"]
-        self._store = None if store is None else suply(np.copy, store)
-        hx = state.get("hx")
-        self.hx_dim = state.get("hx_dim")
-        self._hx = None if hx is None else {
-            "node": hx["node"].copy(), "total": int(hx["total"]),
-            "data": suply(np.copy, hx["data"])}
-        self._cur = np.array(state["cur"], np.int64)
-        self._total, self._linked = int(state["total"]), int(state["linked"])
-        self.lanes = Lanes()
-        self.lanes.load_state_dict(state["lanes"])
-        self._rng.bit_generator.state = state["rng"]
+        if store is not None:
+            if not isinstance(store, dict) or not {
+                    "data", "rew", "end", "version", "next", "lane",
+                    "number"} <= store.keys():
+                raise TypeError(f"state['store'] must be None or the dict "
+                                f"of a buffer's arrays, got {_shown(store)}")
+            store = suply(np.copy, store)
+            for key, leaf in [(key, leaf) for key in store
+                              for leaf in flatten(store[key])]:
+                if not isinstance(leaf, np.ndarray) or leaf.ndim < 1 \
+                        or len(leaf) != C:
+                    raise ValueError(
+                        f"state['store'][{key!r}] must hold arrays of "
+                        f"{C} rows (the capacity), got {_shown(leaf)}")
+        out["store"] = store
+        out["hx_dim"] = _loaded_int(state, "hx_dim", none=True)
+        hx = state["hx"]
+        if hx is not None:
+            if not isinstance(hx, dict) or not {"node", "total", "data"} \
+                    <= hx.keys():
+                raise TypeError(f"state['hx'] must be None or a dict of "
+                                f"node, total and data, got {_shown(hx)}")
+            hx = {"node": np.array(hx["node"], np.int64),
+                  "total": _loaded_int(hx, "total", "state['hx']"),
+                  "data": suply(np.copy, hx["data"])}
+        out["hx"] = hx
+        try:
+            out["cur"] = np.array(state["cur"], np.int64).reshape(-1)
+        except (TypeError, ValueError):
+            raise TypeError(f"state['cur'] must be an array of ints, got "
+                            f"{_shown(state['cur'])}") from None
+        out["total"] = _loaded_int(state, "total")
+        out["linked"] = _loaded_int(state, "linked")
+        lanes = state["lanes"]
+        out["lanes"] = Lanes()
+        try:
+            out["lanes"].load_state_dict(lanes)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TypeError(f"state['lanes'] must be a Lanes.state_dict(), "
+                            f"got {_shown(lanes)} ({exc!r})") from None
+        if len(out["cur"]) != len(out["lanes"].keys()):
+            raise ValueError(f"state['cur'] must hold one node per lane "
+                             f"({len(out['lanes'].keys())}), got "
+                             f"{len(out['cur'])}")
+        rng = np.random.default_rng()
+        try:
+            rng.bit_generator.state = state["rng"]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise TypeError(f"state['rng'] must be the state of a numpy "
+                            f"{type(rng.bit_generator).__name__}, got "
+                            f"{_shown(state['rng'])}") from None
+        out["rng"] = rng
+        return out
+
+    def _assign(self, out):
+        self._store, self._hx, self.hx_dim = (out["store"], out["hx"],
+                                              out["hx_dim"])
+        self._cur, self._total, self._linked = (out["cur"], out["total"],
+                                                out["linked"])
+        self.lanes, self._rng = out["lanes"], out["rng"]
+
+
+def _shown(value):
+    # a value in a message: short
+    text = repr(value)
+    return text if len(text) <= 80 else f"{type(value).__name__} " \
+        f"{text[:60]}..."
+
+
+def _loaded_int(state, key, where="state", none=False):
+    value = state[key] if key in state else None
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or value < 0:
+        raise TypeError(f"{where}[{key!r}] must be an int >= 0, got "
+                        f"{_shown(value)}")
+    return int(value)
 
 
 def _take(tree, rows):
@@ -857,8 +950,12 @@ class PrioritizedReplay(Replay):
         self.alpha, self.beta, self.eps = float(alpha), float(beta), \
             float(eps)
         self._max_priority = 1.0
+        self._tree = None  # made with the store, once memory is checked
         super().__init__(capacity, device=device, pinned=pinned, seed=seed,
                          example=example, actor=actor)
+
+    def _allocate(self, parts):
+        super()._allocate(parts)
         self._tree = _SumTree(self.capacity)
 
     def _extra_bytes(self):
@@ -918,12 +1015,22 @@ class PrioritizedReplay(Replay):
 
         Raises
         ------
+        TypeError
+            ``index`` not of ints (a float index names no node), or
+            ``priorities`` not numbers (nothing is changed).
         ValueError
             ``priorities`` not shaped as ``index``, or not finite and
             >= 0 (nothing is changed).
         """
-        index = _numpy(index).astype(np.int64).reshape(-1)
-        priorities = _numpy(priorities).astype(np.float64)
+        index, priorities = _numpy(index), _numpy(priorities)
+        if index.dtype.kind not in "iu":
+            raise TypeError(f"index must hold the ints of a sample's index, "
+                            f"got {index.dtype} {_shown(index)}")
+        if priorities.dtype.kind not in "iuf":
+            raise TypeError(f"priorities must be numbers, got "
+                            f"{priorities.dtype} {_shown(priorities)}")
+        index = index.astype(np.int64).reshape(-1)
+        priorities = priorities.astype(np.float64)
         if priorities.shape not in ((len(index),), (len(index), 1)):
             raise ValueError(f"priorities must be shaped as index "
                              f"({len(index)},), got {priorities.shape}")
@@ -945,14 +1052,40 @@ class PrioritizedReplay(Replay):
 
     def state_dict(self):
         state = super().state_dict()
-        state.update(tree=self._tree.state(), max_priority=self._max_priority,
+        state.update(tree=None if self._tree is None else self._tree.state(),
+                     max_priority=self._max_priority,
                      alpha=self.alpha, beta=self.beta, eps=self.eps)
         return state
 
-    def load_state_dict(self, state):
-        super().load_state_dict(state)
-        self._tree.load(state["tree"])
-        self._max_priority = float(state["max_priority"])
-        self.alpha, self.beta, self.eps = (float(state["alpha"]),
-                                           float(state["beta"]),
-                                           float(state["eps"]))
+    def _loaded(self, state):
+        out = super()._loaded(state)
+        for key in ("tree", "max_priority", "alpha", "beta", "eps"):
+            if key not in state:
+                raise ValueError(f"state[{key!r}] is missing: a buffer's "
+                                 f"state_dict() holds it")
+        for key in ("max_priority", "alpha", "beta", "eps"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(
+                    value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value) or value < 0:
+                raise TypeError(f"state[{key!r}] must be a finite number "
+                                f">= 0, got {_shown(value)}")
+            out[key] = float(value)
+        tree = None
+        if out["store"] is not None:
+            tree = _SumTree(self.capacity)
+            if not isinstance(state["tree"], dict):
+                raise TypeError(f"state['tree'] must be a dict of the "
+                                f"priorities, got {_shown(state['tree'])}")
+            try:
+                tree.load(state["tree"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"state['tree']: {exc}") from None
+        out["tree"] = tree
+        return out
+
+    def _assign(self, out):
+        super()._assign(out)
+        self._tree, self._max_priority = out["tree"], out["max_priority"]
+        self.alpha, self.beta, self.eps = out["alpha"], out["beta"], \
+            out["eps"]

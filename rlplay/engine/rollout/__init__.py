@@ -50,7 +50,8 @@ keyword             default    meaning
                                about 0.2% of collection on CartPole and 1
                                to 3% on 84x84x4 frames)
 ``check_spaces``    'first'    check actions and observations against their
-                               spaces during each worker's first fragment
+                               spaces, and rewards for NaN, during each
+                               worker's first fragment
                                (``'first'``), every step (``'always'``) or
                                never (``'never'``); ``Box`` actions are
                                clipped into their bounds before the env

@@ -40,15 +40,20 @@ the whole run, resumes included (raise it on resume to allow more).
 A state whose ``settings`` or ``layout`` differ from those of the new
 generator is refused with a ``ValueError`` that names what differs, before
 any worker starts (the layout once the probe env and the actor's virtual
-call have told it).
+call have told it). So is a damaged state (:func:`check_state`): a key
+missing, a container or a value of another type (``TypeError``), a count
+below 0 (``ValueError``); each message names ``resume``, the path of the
+entry and the value found there.
 """
+import numbers
+
 import numpy as np
 
 from ..core import Fragment
 from ..seeds import resume_root, seed_sequence
 
-__all__ = ["FORMAT", "Continuation", "continuation", "buffer_layout",
-           "counters", "restore_counters"]
+__all__ = ["FORMAT", "Continuation", "continuation", "check_state",
+           "buffer_layout", "counters", "restore_counters"]
 
 FORMAT = "rlplay.run/1"
 
@@ -171,6 +176,7 @@ def continuation(resume, entropy, kind, settings, n_workers):
             f"{FORMAT!r}), got "
             + (f"a dict of format {resume.get('format')!r}"
                if isinstance(resume, dict) else type(resume).__name__))
+    check_state(resume)
     if resume["kind"] != kind:
         raise ValueError(f"resume holds the state of a {resume['kind']} run, "
                          f"which a {kind} generator cannot continue")
@@ -197,6 +203,118 @@ def continuation(resume, entropy, kind, settings, n_workers):
                 f"{root!r}: pass the run's entropy or None (the saved one "
                 f"is used)")
     return Continuation(root, n_workers, saved=resume)
+
+
+def _entry(parent, key, path, types, what):
+    # parent[key], which must be of ``types``: else a TypeError naming it
+    if key not in parent:
+        raise ValueError(f"resume{path} is missing: a generator's "
+                         f"state_dict() holds it ({what})")
+    value = parent[key]
+    if not isinstance(value, types):
+        raise TypeError(f"resume{path} must be {what}, got {value!r}")
+    return value
+
+
+def _count(parent, key, path, least=0):
+    # an int of at least ``least`` (not a bool, a float or a string)
+    value = parent[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"resume{path} must be an int, got {value!r}")
+    if value < least:
+        raise ValueError(f"resume{path} must be at least {least}, got "
+                         f"{value!r}")
+    return int(value)
+
+
+def _ints(values, path, least=0):
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"resume{path} must be a list of ints, got "
+                        f"{values!r}")
+    return [_count(dict(enumerate(values)), i, f"{path}[{i}]", least)
+            for i in range(len(values))]
+
+
+def check_state(resume):
+    """Refuse a damaged state (a key missing, an entry of another type, a
+    count below 0) before anything reads it.
+
+    Parameters
+    ----------
+    resume : dict
+        A ``state_dict()`` of the format :data:`FORMAT`.
+
+    Raises
+    ------
+    ValueError
+        An entry missing, or out of its range; the message names
+        ``resume``, the entry's path and the value given.
+    TypeError
+        An entry of another type, named as above.
+    """
+    _entry(resume, "kind", "['kind']", str, "a generator's kind")
+    _entry(resume, "settings", "['settings']", dict, "a dict of arguments")
+    layout = _entry(resume, "layout", "['layout']", (dict, type(None)),
+                    "a dict (None for the evaluator)")
+    if layout is not None:
+        spaces = _entry(layout, "spaces", "['layout']['spaces']",
+                        (list, tuple), "a list of the spaces' reprs")
+        if len(spaces) != 2 or not all(isinstance(s, str) for s in spaces):
+            raise TypeError(f"resume['layout']['spaces'] must be the reprs "
+                            f"of the observation and the action spaces, got "
+                            f"{spaces!r}")
+        rows = _entry(layout, "buffer", "['layout']['buffer']",
+                      (list, tuple), "a list of [path, shape, dtype]")
+        for i, row in enumerate(rows):
+            where = f"['layout']['buffer'][{i}]"
+            if not (isinstance(row, (list, tuple)) and len(row) == 3
+                    and isinstance(row[0], str) and isinstance(row[2], str)):
+                raise TypeError(f"resume{where} must be [path, shape, "
+                                f"dtype], got {row!r}")
+            _ints(row[1], f"{where}[1]")
+    seeds = _entry(resume, "seeds", "['seeds']", dict,
+                   "a dict of the run's root seed sequence")
+    entropy = _entry(seeds, "entropy", "['seeds']['entropy']",
+                     (numbers.Integral, list, tuple),
+                     "an int or a list of ints")
+    if isinstance(entropy, (list, tuple)):
+        _ints(entropy, "['seeds']['entropy']")
+    else:
+        _count(seeds, "entropy", "['seeds']['entropy']")
+    _entry(seeds, "spawn_key", "['seeds']['spawn_key']", (list, tuple),
+           "a list of ints")
+    _ints(seeds["spawn_key"], "['seeds']['spawn_key']")
+    _entry(seeds, "pool_size", "['seeds']['pool_size']", numbers.Integral,
+           "an int")
+    _count(seeds, "pool_size", "['seeds']['pool_size']", least=4)
+    _entry(seeds, "resumes", "['seeds']['resumes']", numbers.Integral,
+           "an int")
+    _count(seeds, "resumes", "['seeds']['resumes']")
+    counters = _entry(resume, "counters", "['counters']", dict,
+                      "a dict of the stats counters")
+    for key, value in counters.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not 0 <= value < float("inf"):
+            raise (TypeError if not isinstance(value, numbers.Real)
+                   or isinstance(value, bool) else ValueError)(
+                f"resume['counters'][{key!r}] must be a finite number of "
+                f"at least 0, got {value!r}")
+    _entry(resume, "version", "['version']", numbers.Integral, "an int")
+    _count(resume, "version", "['version']")
+    workers = _entry(resume, "workers", "['workers']", (list, tuple),
+                     "a list of one dict per worker")
+    for i, worker in enumerate(workers):
+        if not isinstance(worker, dict):
+            raise TypeError(f"resume['workers'][{i}] must be a dict of seq, "
+                            f"generation and restarts, got {worker!r}")
+        for key in ("seq", "generation", "restarts"):
+            where = f"['workers'][{i}][{key!r}]"
+            _entry(worker, key, where, numbers.Integral, "an int")
+            _count(worker, key, where)
+    if "extra" in resume:
+        extra = _entry(resume, "extra", "['extra']", dict, "a dict")
+        if "requests" in extra:  # the evaluator's count
+            _count(extra, "requests", "['extra']['requests']")
 
 
 def buffer_layout(template, observation_space, action_space):

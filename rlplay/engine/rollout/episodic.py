@@ -83,6 +83,8 @@ row ``t`` the info of step ``t``; and ``mask`` ``(M + 1, n)``, true on
 the state rows ``0 .. L_i``. Nested observations, actions and infos keep
 their structure in both views. Everything is a CPU tensor.
 """
+import os
+import re
 from collections import namedtuple
 
 import numpy as np
@@ -588,7 +590,11 @@ def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,
     feed : iterable of Fragment
         As :func:`episodes`'.
     dataset_id : str
-        Minari's id, e.g. ``"cartpole/rlplay-v0"``.
+        Minari's id, ``(namespace/)name-v(version)``, e.g.
+        ``"cartpole/rlplay-v0"`` (letters, digits, ``-`` and ``_``, the
+        version required), of a dataset that does not exist yet: checked
+        before the first episode is collected; nothing is written outside
+        the datasets path.
     n_episodes : int
     env : str or gymnasium.Env or EnvSpec, optional
         The env the dataset comes from (Minari keeps its spec); or give
@@ -605,7 +611,14 @@ def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,
     Returns
     -------
     minari.MinariDataset
+
+    Raises
+    ------
+    TypeError, ValueError
+        A ``dataset_id`` not of that form, or of a dataset that exists,
+        before anything is collected.
     """
+    _check_dataset_id(dataset_id)
     check_count("n_episodes", n_episodes)
     check_count("batch_episodes", batch_episodes)
     if env is None and (observation_space is None or action_space is None):
@@ -617,6 +630,7 @@ def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,
     except ImportError as exc:
         raise ImportError("record needs Minari: pip install "
                           "'rlplay[minari]'") from exc
+    _check_new_dataset(dataset_id)
     source = Episodic(feed, min(batch_episodes, n_episodes),
                       max_length=max_length)
     buffers = []
@@ -644,6 +658,43 @@ def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,
     return minari.create_dataset_from_buffers(
         dataset_id, buffers, env=env, observation_space=observation_space,
         action_space=action_space, **minari_kwargs)
+
+
+# Minari's dataset ids, ``(namespace/)name-v(version)``, with the version
+# (Minari's own pattern leaves it optional, then fails on it) and with no
+# segment that leaves the datasets path (``..``, a leading ``/``)
+_DATASET_ID = re.compile(r"(?:[-\w]+/)*[-\w]+?-v\d+")
+
+
+def _check_dataset_id(dataset_id):
+    if not isinstance(dataset_id, str):
+        raise TypeError(f"dataset_id must be a str, "
+                        f"'(namespace/)name-v(version)', got "
+                        f"{type(dataset_id).__name__} {dataset_id!r}")
+    if not _DATASET_ID.fullmatch(dataset_id):
+        raise ValueError(f"dataset_id must be '(namespace/)name-v(version)' "
+                         f"(letters, digits, '-' and '_'), e.g. "
+                         f"'cartpole/rlplay-v0', got {dataset_id!r}")
+
+
+def _check_new_dataset(dataset_id):
+    # where Minari would write it: inside its datasets path, and new
+    from minari.dataset.minari_dataset import parse_dataset_id
+    from minari.storage.datasets_root_dir import get_dataset_path
+    try:
+        parse_dataset_id(dataset_id)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"dataset_id {dataset_id!r} is not one Minari "
+                         f"takes: {exc}") from None
+    root = os.path.realpath(get_dataset_path())
+    path = os.path.realpath(get_dataset_path(dataset_id))
+    if os.path.commonpath([root, path]) != root or path == root:
+        raise ValueError(f"dataset_id {dataset_id!r} names a path outside "
+                         f"the datasets path {root!r}")
+    if os.path.exists(path):
+        raise ValueError(f"dataset_id {dataset_id!r}: a dataset of that id "
+                         f"exists already, at {path!r} (Minari never "
+                         f"overwrites one): pick another name or version")
 
 
 def _numpy_episodes(batch):

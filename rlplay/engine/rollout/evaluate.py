@@ -54,6 +54,7 @@ generation), with the same parameters.
 import functools
 import inspect
 import os
+import tempfile
 from collections import namedtuple
 
 from ..errors import RolloutTimeout
@@ -126,6 +127,8 @@ def _recording(factory, record):
     ------
     TypeError
         ``record`` is not a path.
+    ValueError
+        ``record`` cannot be made, or written to.
     ImportError
         The video writer is not installed.
     """
@@ -134,7 +137,13 @@ def _recording(factory, record):
                         f"None, got {type(record).__name__}")
     check_writer()
     record = os.path.abspath(os.fspath(record))
-    os.makedirs(record, exist_ok=True)
+    try:  # made, and written to, here: not first in the worker
+        os.makedirs(record, exist_ok=True)
+        with tempfile.TemporaryFile(dir=record):
+            pass
+    except OSError as exc:
+        raise ValueError(f"record must be a directory that can be written, "
+                         f"got {record!r}: {exc.strerror or exc}") from None
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
@@ -170,7 +179,8 @@ class Evaluator(Supervised, Breakable):
         which). The envs are asked for ``render_mode="rgb_array"`` where
         the factory takes that keyword (``gymnasium.make`` does); otherwise
         it must make them so. Needs ``pip install rlplay[video]``.
-        ``None``: nothing is rendered.
+        ``None``: nothing is rendered. A directory that cannot be made
+        or written to is refused up front (``ValueError``).
 
     The keywords every generator shares (``entropy``, ``start_method``,
     the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``,
