@@ -32,20 +32,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
-BOUND = 60.0  # on each wait below: a failure is an error, never a hang
-# on the replacement's first fragments after the node is lost: what rlplay
-# guarantees is that the lost worker is replaced and its replacement
-# delivers, not how fast Ray places and starts a new actor process. At
-# Ray's default nice 15 (here 0, below), on a two-core machine whose
-# cores are kept busy at nice 0, the replacement (a fresh interpreter that
-# imports torch) took over 60 s to start; the bound stays finite, so that
-# a replacement that never comes is an error, never a hang
-REPLACEMENT_BOUND = 240.0
-# on the whole script (tests/test_cluster.py waits more): a guard against
-# a hang, not a guarantee of rlplay (what is timed is the detection of the
-# lost node, result["detected_s"]); starting three Ray nodes on a busy
-# two-core machine takes minutes
-DEADLINE = 480.0
+# each wait below, the replacement's first fragments after the node is
+# lost, the whole script: the bounds and their reasons are in bounds.py
+sys.path.insert(0, HERE)
+from bounds import (CLUSTER_SCRIPT as DEADLINE,  # noqa: E402
+                    RAY_START as REPLACEMENT_BOUND, RAY_STEADY as BOUND)
 PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -74,8 +74,9 @@ def _children():
     return alive
 
 
-# how long one query of Ray's actor table may take, and how many are tried
-GCS_QUERY_TIMEOUT = 30.0
+# how long one query of Ray's actor table may take (bounds.py says why),
+# and how many are tried
+from bounds import GCS_QUERY as GCS_QUERY_TIMEOUT  # noqa: E402
 GCS_QUERY_TRIES = 2
 
 

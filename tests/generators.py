@@ -29,13 +29,8 @@ __all__ = ["METHODS", "make", "CountingActor", "ActorFailure",
 METHODS = ["fork", "forkserver", "spawn"]
 _KINDS = ("same", "single", "multi", "cluster", "evaluator")
 
-# how long the Ray actors of a test may take to start (start_timeout, and
-# the deadlines of tests that wait for one): at Ray's default nice 15,
-# under two CPU hogs at nice 0, importing torch there took longer than
-# 60 s (conftest.py now runs them at nice 0, beside the hogs); the tests
-# check fragments, order and restarts, not how fast Ray starts a process,
-# and the bound stays finite
-RAY_STARTED_BOUND = 240.0
+# how long the Ray actors of a test may take to start (bounds.py says why)
+from bounds import RAY_START as RAY_STARTED_BOUND  # noqa: E402
 
 
 # ------------------------------------------------------------ generators --

@@ -40,16 +40,8 @@ from rlplay.engine.rollout import cluster, same  # noqa: E402
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# a bound on reporting a fault once the workers run; start-up gets more (a
-# new Ray worker process imports torch)
-BOUND = 5.0
-START = 60.0
-# the bound on waits in the tests that check what is delivered, not how
-# soon a fault is reported (the library's default timeout): a Ray worker
-# (at nice 15 by Ray's default; at nice 0 here, see conftest.py) on a
-# machine loaded by other work can go without CPU for longer than BOUND
-# (seen once, under more than two hogs' worth of load)
-STEADY = 60.0
+# the bounds of the waits (their reasons in bounds.py)
+from bounds import FAULT as BOUND, RAY_STEADY as STEADY, START  # noqa: E402
 ENTROPY = 0
 
 

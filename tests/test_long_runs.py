@@ -20,10 +20,7 @@ README = ROOT / "README.md"
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 N_BATCHES, EVERY, KILL_AFTER = 30, 5, 10
-# how long one part of the script may take, at most (seconds): a spawned
-# worker and evaluator, 30 batches of 1024 CartPole steps and PPO updates,
-# six evaluations (a few seconds on an idle machine)
-BOUND = 300
+from bounds import LONG_RUN_PART as BOUND  # noqa: E402 (bounds.py says why)
 LINE = re.compile(r"batch (\d+) seq (\d+) evaluation ([\d.]+)")
 
 

@@ -31,8 +31,7 @@ preload_forkserver(get_context("forkserver"),
 
 # the bound on reporting a fault after the first batch, and the rollout's
 # timeout; start-up gets far more (a spawned worker imports torch)
-BOUND = 5.0
-START = 120.0
+from bounds import FAULT as BOUND, START  # the reasons in bounds.py
 
 
 def worker_only_failing_factory():

@@ -28,10 +28,9 @@ from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
-# bounds, generous on a slow CI machine: one cell, one notebook, kernel start
-CELL_TIMEOUT = 600
-NOTEBOOK_TIMEOUT = 900
-STARTUP_TIMEOUT = 120
+# bounds: one cell, one notebook, kernel start (bounds.py says why)
+from bounds import (KERNEL_START as STARTUP_TIMEOUT,  # noqa: E402
+                    NOTEBOOK as NOTEBOOK_TIMEOUT, NOTEBOOK_CELL as CELL_TIMEOUT)
 
 KERNEL_NAME = "rlplay-tests"
 RESULT_PREFIX = "RESULT "

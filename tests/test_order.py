@@ -21,8 +21,7 @@ from rlplay.engine.seeds import env_seed_sequences, reset_seed
 from rlplay.engine.rollout import multi, single
 from generators import RAY_STARTED_BOUND, CountingActor, identities
 
-BOUND = 10.0
-START = 60.0
+from bounds import STEADY as BOUND, START  # the reasons in bounds.py
 
 
 class OrderEnv(CountingEnv):
@@ -77,11 +76,7 @@ def assert_in_order(seen):
         last[worker] = seq
 
 
-# the killed worker's replacement delivers within this bound (at Ray's
-# default nice 15, under CPU hogs a new actor process took over 60 s to
-# start; see cluster_nodes.py); still finite, so that a replacement that
-# never delivers is an error, not a hang
-REPLACEMENT_BOUND = 300.0
+from bounds import REPLACEMENT as REPLACEMENT_BOUND  # noqa: E402
 
 
 def read_on(feed, at_least=30):

@@ -31,10 +31,8 @@ BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
                    r"```python\n(.*?)```\n", flags=re.S)
 # what a block needs, by what it says: the module that must be importable
 NEEDS = {"rollout import cluster": "ray", "import ray": "ray"}
-# a bound on one block (seconds), for a loaded two-core machine: the
-# slowest starts a local Ray and two Ray actors that import torch (about
-# 20 s on an idle machine); a backstop, not a measure
-BOUND = 240
+# a bound on one block (bounds.py says why)
+from bounds import README_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there
 HIDDEN = "tqdm"
 

@@ -83,8 +83,7 @@ EVAL_AT = 9               # in the evaluator's second evaluation (7..12)
 LOST = (AT - 1) // T      # the seq of the fragment lost
 ENTROPY = 7
 DELAY = 0.05              # restart_delay
-BOUND = 10.0              # timeout: a live worker is never that slow here
-START = 60.0              # start_timeout: a spawned worker imports torch
+from bounds import STEADY as BOUND, START  # noqa: E402 (bounds.py says why)
 PLAIN = functools.partial(counting_factory, term_every=TERM)
 # what each fault leaves in the failed worker's last_cause
 CAUSES = {"exit": "exit code 3", "kill": "signal SIGKILL",

@@ -24,9 +24,7 @@ from rlplay.engine import RolloutTimeout, WorkerDied, WorkerError
 
 T, B = 4, 2
 # the bound on reporting a failure once it happened (seconds)
-BOUND = 5.0
-# generous start-up bound: a spawned worker imports torch on a busy machine
-START = 60.0
+from bounds import FAULT as BOUND, START  # the reasons in bounds.py
 
 
 class ActorFault(Exception):
