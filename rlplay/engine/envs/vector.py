@@ -14,19 +14,19 @@ each, so that the fragment's layout is what a list of the same envs gives:
 - ``DISABLED``: rlplay resets the ended envs itself, at once, with
   ``reset(options={"reset_mask": ...})``. Exact.
 - ``NEXT_STEP`` (the default of ``make_vec``; the only mode of the native
-  vector envs and of EnvPool): the step returns the true last observation
-  and the source resets the env on its *next* call, ignoring the action
-  there. Where the source honours a partial reset (``SyncVectorEnv``,
-  ``AsyncVectorEnv`` with shared memory, EnvPool's ``reset(env_id)``),
-  rlplay resets the ended envs at once, and the mapping is exact. Where it
-  does not (``CartPoleVectorEnv`` and other native vector envs), the
-  column *loses a call* at every episode end, and the layout says so (see
-  :mod:`rlplay.engine.core`): the row where the episode ended holds its
-  true last observation (in ``obs`` as in ``final``), and the next row,
+  vector envs and of EnvPool): the step returns the true last observation and
+  the source resets the env on its *next* call, ignoring the action there.
+  Where the source honours a partial reset (``SyncVectorEnv``,
+  ``AsyncVectorEnv`` with shared memory, EnvPool's ``reset(env_id)``), rlplay
+  resets the ended envs at once, and the mapping is exact. Where it does not
+  (``CartPoleVectorEnv`` and other native vector envs), the column *loses a
+  call* at every episode end, and the layout says so (see
+  :mod:`rlplay.engine.core.layout`): the row where the episode ended holds
+  its true last observation (in ``obs`` as in ``final``), and the next row,
   the lost call, holds the reset observation with ``fin`` set, no reward,
-  ``stepno = 0`` and no episode statistics, a row that no executed action
-  led to (:func:`rlplay.engine.core.acted` is false there), as sticky's
-  frozen rows are. Its env info is not recorded.
+  ``stepno = 0`` and no episode statistics, a row that no executed action led
+  to (:func:`rlplay.engine.core.acted` is false there), as sticky's frozen
+  rows are. Its env info is not recorded.
 
 Seeding: where the source takes a list of seeds (``SyncVectorEnv``,
 ``AsyncVectorEnv``), every column is reset with the seed of its own child
