@@ -54,9 +54,9 @@ class _SpaceChecks:
                              f"would poison every return and advantage of "
                              f"its column{_CHECK_HINT}")
 
-def _raise_cast(label, problem):
-    # an observation that recording changed (see envs.cast_problem)
-    raise ValueError(f"{label}: {problem}{_CHECK_HINT}")
+def _raise_cast(cast):
+    # an observation that recording changed (an envs.Cast record)
+    raise ValueError(f"{cast.label}: {cast.problem}{_CHECK_HINT}")
 
 
 

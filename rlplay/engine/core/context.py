@@ -9,6 +9,7 @@ import numpy as np
 from .. import envs as _envs
 from ..envs import RowOut
 from ..nested import flatten, getitem, suply
+from .accounting import Accounts
 from .checks import _SpaceChecks
 from .layout import _row_fields
 
@@ -20,15 +21,17 @@ _Step = namedtuple("_Step", "actor_in act_out info_out row row_next out "
 _Step.__doc__ = """What step ``t`` of a fragment reads and writes: the
 actor's input (torch row ``t``) and where its action and info go (torch),
 the numpy state rows ``t`` and ``t + 1``, the
-:class:`~rlplay.engine.envs.RowOut` the env batch writes (with the
-context's running returns), and the episode statistics of row ``t + 1``."""
+:class:`~rlplay.engine.envs.RowOut` the env batch writes (its rewards into
+the accounts' float64 scratch), and the episode statistics of row
+``t + 1``."""
 
 
 class _Views:
     """Per-row views of one buffer, made once so the loop only indexes;
-    ``ep_return`` is the running returns the env batch adds to."""
+    ``rew`` is where the env batch writes a step's rewards (float64, the
+    :class:`~.accounting.Accounts`' scratch)."""
 
-    def __init__(self, buffer, ep_return):
+    def __init__(self, buffer, rew):
         npy, pyt = buffer
         T1, B = npy.state.fin.shape
         self.buffer = buffer
@@ -38,18 +41,16 @@ class _Views:
         state = [getitem(npy.state, t) for t in range(T1)]
         final = [getitem(npy.final, t) for t in range(T1)]
         self.state, self.final = state, final
-        self.ramp = np.arange(T1, dtype=np.int64)
-        # the env batch writes the fragment's float32 rewards and adds them,
-        # exactly as the envs gave them, to the running returns
+        # the env batch writes the rewards as the envs gave them into
+        # `rew`; the accounts record them in the fragment's float32 row
         self.steps = [
             _Step(actor_in=rows[t], act_out=rows[t + 1].act,
                   info_out=self.actor[t], row=state[t], row_next=state[t + 1],
-                  out=RowOut(t=t, obs=state[t + 1].obs, rew=state[t + 1].rew,
+                  out=RowOut(t=t, obs=state[t + 1].obs, rew=rew,
                              fin=state[t + 1].fin,
                              truncated=npy.truncated[t + 1],
                              final=final[t + 1], info=getitem(npy.env, t),
-                             info_mask=getitem(npy.env_mask, t),
-                             ret=ep_return),
+                             info_mask=getitem(npy.env_mask, t)),
                   ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1])
             for t in range(T1 - 1)]
         # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
@@ -77,12 +78,12 @@ class Context:
         ``stats``), numpy arrays of shape ``(B, ...)``.
     hx : nested tensors
         The actor's state for ``last``.
-    ep_return : list of float, or ndarray of float64
-        The running return of each env's current episode, from
-        ``envs.running_returns()``: the env batch adds the rewards to it
-        (see ``RowOut.ret``).
-    ep_length : ndarray, shape = (B,)
-        The length of each env's current episode.
+    policy : LocalPolicy
+        What calls the actor (:mod:`.policy`), made by
+        :func:`~.fragments.startup`.
+    accounts : Accounts
+        The running returns and lengths of each env's current episode
+        (:class:`~.accounting.Accounts`).
     seq : int
         The ``meta.seq`` of the next fragment.
     worker, generation : int
@@ -103,8 +104,7 @@ class Context:
         self.hx = None
         # the policy that calls the actor (see .policy), and its actor
         self.policy = self.actor = None
-        self.ep_return = envs.running_returns()
-        self.ep_length = np.zeros(B, np.int64)
+        self.accounts = Accounts(B)
         self.seq, self.worker, self.generation = seq, worker, generation
         self.env_ids = (np.arange(B) if env_ids is None
                         else np.asarray(env_ids, np.int64))
@@ -120,7 +120,7 @@ class Context:
     def views(self, buffer):
         views = self._views.get(id(buffer))
         if views is None or views.buffer is not buffer:
-            views = _Views(buffer, self.ep_return)
+            views = _Views(buffer, self.accounts.rew)
             self._views[id(buffer)] = views
         return views
 

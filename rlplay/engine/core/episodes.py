@@ -11,10 +11,11 @@ from ..envs import RowOut, as_batch
 from ..nested import getitem, suply
 from ..seeds import seed_sequence
 from ..shared import aliased, copy_
-from .checks import _SpaceChecks, _final_label, _raise_cast, _reset_label, \
-    _step_label
-from .layout import _check_counts, _state_example, check_count, \
-    check_spaces_mode
+from .accounting import Accounts
+from .checks import (_SpaceChecks, _final_label, _raise_cast, _reset_label,
+                     _step_label)
+from .layout import (_check_counts, _state_example, check_count,
+                     check_spaces_mode)
 from .policy import as_policy
 
 __all__ = ["evaluate", "episode"]
@@ -73,100 +74,148 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     if max_steps is not None:
         check_count("max_steps", max_steps)
     mode = check_spaces_mode(check_spaces)
-    n_envs = envs.n_envs
-    quota = -(-n_episodes // n_envs)
-    example = _state_example(envs)
-    state = aliased(example, 1, n_envs)
-    row, npy = state.pyt, getitem(state.npy, 0)
-    suply(np.copyto, npy.act, example.act)  # the placeholder, as startup
-    checks = None if mode == "never" else _SpaceChecks(envs)
-    clip = _envs.box_clipper(envs.action_space)  # as collect clips
-    envs.reset(npy.obs, seed_sequences,
-               on_cast=None if checks is None else _raise_cast)
-    if checks is not None:
-        checks.observation(npy.obs, _reset_label)
-    npy.fin[:] = True
-    if on_frame is not None:
-        on_frame(_frame(envs, 0))
-    hx = policy.initial_hx(row)
-    rew = np.zeros(n_envs, np.float64)
-    # a list of single envs is not reset by its step (an env whose quota is
-    # played stays as it is), so the last observations are in `obs`
-    autoreset = not envs.can_freeze
-    out = RowOut(t=0, obs=npy.obs, rew=rew, fin=npy.fin, truncated=None,
-                 final=aliased(example.obs, n_envs).npy if autoreset
-                 else None, info={}, info_mask={})
-    last = out.final if autoreset else npy.obs
-    results = [[] for _ in range(n_envs)]
-    ep_return = np.zeros(n_envs, np.float64)
-    ep_length = np.zeros(n_envs, np.int64)
-    active = np.ones(n_envs, bool)
-    # cut at max_steps where the column cannot be reset alone: its steps
-    # count for nothing until its episode ends on its own
-    draining = np.zeros(n_envs, bool)
-    n_first = 0  # envs that finished their first episode
-    t = 0
-    while active.any():
-        checking = checks is not None and (mode == "always"
-                                           or n_first < n_envs)
-        on_cast = _raise_cast if checking else None
+    play = _Play(envs, policy, -(-n_episodes // envs.n_envs), max_steps,
+                 mode, on_frame)
+    play.start(seed_sequences)
+    while play.active.any():
+        play.step()
+    flat = [pair for per_env in play.results for pair in per_env]
+    returns, lengths = np.array(flat[:n_episodes]).T
+    return returns.astype(np.float64), lengths.astype(np.int64)
+
+
+class _Play:
+    """An evaluation under way (see :func:`evaluate`): ``B`` env columns
+    that play episodes until each has played ``quota`` of them, one row
+    of state for all, and one episode accounting."""
+
+    def __init__(self, envs, policy, quota, max_steps, mode, on_frame):
+        n_envs = envs.n_envs
+        self.envs, self.policy, self.quota = envs, policy, quota
+        self.max_steps, self.mode, self.on_frame = max_steps, mode, on_frame
+        example = _state_example(envs)
+        state = aliased(example, 1, n_envs)
+        self.row, self.npy = state.pyt, getitem(state.npy, 0)
+        # the placeholder, as startup
+        suply(np.copyto, self.npy.act, example.act)
+        self.checks = None if mode == "never" else _SpaceChecks(envs)
+        self.clip = _envs.box_clipper(envs.action_space)  # as collect clips
+        self.accounts = Accounts(n_envs)
+        # a list of single envs is not reset by its step (an env whose
+        # quota is played stays as it is), so the last observations are in
+        # `obs`
+        self.autoreset = not envs.can_freeze
+        self.out = RowOut(
+            t=0, obs=self.npy.obs, rew=self.accounts.rew, fin=self.npy.fin,
+            truncated=None, final=aliased(example.obs, n_envs).npy
+            if self.autoreset else None, info={}, info_mask={})
+        self.last = self.out.final if self.autoreset else self.npy.obs
+        self.results = [[] for _ in range(n_envs)]
+        self.active = np.ones(n_envs, bool)
+        # cut at max_steps where the column cannot be reset alone: its
+        # steps count for nothing until its episode ends on its own
+        self.draining = np.zeros(n_envs, bool)
+        self.n_first = 0  # envs that finished their first episode
+        self.t, self.hx = 0, None
+
+    def start(self, seed_sequences):
+        """Reset every env column; the actor's first ``hx``."""
+        npy, checks = self.npy, self.checks
+        casts = self.envs.reset(npy.obs, seed_sequences,
+                                check_casts=checks is not None)
+        if casts:
+            _raise_cast(casts[0])
+        if checks is not None:
+            checks.observation(npy.obs, _reset_label)
+        npy.fin[:] = True
+        if self.on_frame is not None:
+            self.on_frame(_frame(self.envs, 0))
+        self.hx = self.policy.initial_hx(self.row)
+
+    def step(self):
+        """One step of the columns that play on: the actor's actions, the
+        envs' step, the episodes that ended or were cut, ``hx``."""
+        t, npy, checks = self.t, self.npy, self.checks
+        checking = checks is not None and (
+            self.mode == "always" or self.n_first < self.envs.n_envs)
         # every call checked, before copy_ could broadcast a wrong shape
-        act, hx_next, info = policy.checked_step(row, hx, row.act)
-        hx = hx_next
-        copy_(row.act, act)
-        if clip is not None:
-            clip(npy.act)
-        live = np.flatnonzero(active)
+        act, self.hx, _ = self.policy.checked_step(self.row, self.hx,
+                                                   self.row.act)
+        copy_(self.row.act, act)
+        if self.clip is not None:
+            self.clip(npy.act)
+        live = np.flatnonzero(self.active)
         if checking:
             checks.action(getitem(npy.act, live), t, live)
         npy.fin[live] = False
-        # single envs are stepped where they play on, and reset here where
-        # they play another episode; a batched source steps (and resets)
-        # all its columns, the ended ones are filtered by `active`
-        ended = envs.step(npy.act, out._replace(t=t),
-                          live.tolist() if envs.can_freeze else None,
-                          autoreset=autoreset, on_cast=on_cast)
-        counted = active & ~draining
-        counted[list(envs.lost)] = False  # lost calls are no steps
-        ep_return[counted] += rew[counted]
-        ep_length[counted] += 1
-        npy.rew[live] = rew[live]
-        if checking:
-            checks.reward(rew[live], t, live)
-        ended = [j for j in ended if active[j]]
-        if checking and ended:  # the last observations
-            checks.observation(getitem(last, ended), _final_label(t), ended)
-        done = [j for j in ended if not draining[j]]
-        draining[ended] = False
-        cut = [] if max_steps is None else np.flatnonzero(
-            counted & (ep_length >= max_steps) & ~npy.fin).tolist()
-        if on_frame is not None and live[0] == 0:  # before any reset
-            on_frame(_frame(envs, 0))
-            if 0 in done or 0 in cut:
-                on_frame = None  # env 0's first episode is over
-        for j in done + cut:
-            results[j].append((ep_return[j], ep_length[j]))
-            n_first += len(results[j]) == 1
-            ep_return[j], ep_length[j] = 0.0, 0
-            active[j] = len(results[j]) < quota
-        again = [j for j in (cut if autoreset else ended + cut) if active[j]]
-        if again and envs.can_reset_columns:
-            envs.reset(npy.obs, at=sorted(again), t=t, on_cast=on_cast)
-        elif again:
-            draining[again] = True
+        ended, counted = self._step_envs(live, checking)
+        cut = self._settle(ended, counted, live, checking)
         npy.fin[cut] = True
         npy.stepno[live] += 1
         npy.stepno[npy.fin] = 0
         if checking:
-            live = np.flatnonzero(active)
+            live = np.flatnonzero(self.active)
             checks.observation(getitem(npy.obs, live),
                                _step_label(t, npy.fin), live)
         if npy.fin.any():
-            hx = policy.reset(hx, torch.from_numpy(npy.fin.copy()))
-        t += 1
-    flat = [pair for per_env in results for pair in per_env][:n_episodes]
-    returns, lengths = np.array(flat).T
-    return returns.astype(np.float64), lengths.astype(np.int64)
+            self.hx = self.policy.reset(self.hx,
+                                        torch.from_numpy(npy.fin.copy()))
+        self.t += 1
+
+    def _step_envs(self, live, checking):
+        """Step the envs and count the step; returns the active columns
+        whose episode ended, and the mask of the columns counted."""
+        envs, npy, accounts, t = self.envs, self.npy, self.accounts, self.t
+        # single envs are stepped where they play on, and reset here where
+        # they play another episode; a batched source steps (and resets)
+        # all its columns, the ended ones are filtered by `active`
+        ended, lost, casts = envs.step(
+            npy.act, self.out._replace(t=t),
+            live.tolist() if envs.can_freeze else None,
+            autoreset=self.autoreset, check_casts=checking)
+        if casts:
+            _raise_cast(casts[0])
+        counted = self.active & ~self.draining
+        counted[list(lost)] = False  # lost calls are no steps
+        accounts.count(counted)
+        npy.rew[live] = accounts.rew[live]
+        if checking:
+            self.checks.reward(accounts.rew[live], t, live)
+        ended = [j for j in ended if self.active[j]]
+        if checking and ended:  # the last observations
+            self.checks.observation(getitem(self.last, ended),
+                                    _final_label(t), ended)
+        return ended, counted
+
+    def _settle(self, ended, counted, live, checking):
+        """Close the episodes that ended or reached ``max_steps``, and
+        start the next ones where a column plays on; returns the columns
+        cut at ``max_steps``."""
+        envs, npy, accounts = self.envs, self.npy, self.accounts
+        draining, active, results = self.draining, self.active, self.results
+        done = [j for j in ended if not draining[j]]
+        draining[ended] = False
+        cut = [] if self.max_steps is None else np.flatnonzero(
+            counted & (accounts.length >= self.max_steps)
+            & ~npy.fin).tolist()
+        if self.on_frame is not None and live[0] == 0:  # before any reset
+            self.on_frame(_frame(envs, 0))
+            if 0 in done or 0 in cut:
+                self.on_frame = None  # env 0's first episode is over
+        for j in done + cut:
+            results[j].append(accounts.close(j))
+            self.n_first += len(results[j]) == 1
+            active[j] = len(results[j]) < self.quota
+        again = [j for j in (cut if self.autoreset else ended + cut)
+                 if active[j]]
+        if again and envs.can_reset_columns:
+            casts = envs.reset(npy.obs, at=sorted(again), t=self.t,
+                               check_casts=checking)
+            if casts:
+                _raise_cast(casts[0])
+        elif again:
+            draining[again] = True
+        return cut
 
 
 def _frame(envs, j):

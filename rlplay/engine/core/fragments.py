@@ -129,12 +129,9 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
                          f"{buffer.npy.state.fin.shape[1]}")
     ctx = Context(envs, buffer, worker, env_ids, generation, seq)
     state, truncated, final, stats = ctx.last
-
-    def first_problem(label, problem):
-        if ctx._reset_problem is None:
-            ctx._reset_problem = f"{label}: {problem}"
-
-    envs.reset(state.obs, seed_sequences, on_cast=first_problem)
+    casts = envs.reset(state.obs, seed_sequences, check_casts=True)
+    if casts:  # raised by the first fragment that checks spaces
+        ctx._reset_problem = f"{casts[0].label}: {casts[0].problem}"
     ctx._fresh = True
     suply(np.copyto, state.act,
           _envs.space_placeholder(envs.action_space))
@@ -202,7 +199,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     _begin_fragment(npy, ctx)
     hx = ctx.hx
     copy_(pyt.hx, hx)
-    ep_return = ctx.ep_return
+    accounts = ctx.accounts
     # the columns stepped in this fragment (None: all), and those frozen
     # (sticky)
     live, frozen = None, []
@@ -211,11 +208,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
     clip = ctx.clip_actions
     checks = _begin_checks(ctx, views) if checking else None
-    on_cast = _raise_cast if checking else None
-    # the step counts of episodes that go on, for the whole fragment at
-    # once; an env's column is rewritten from where its episode ends
-    stepno, ramp = npy.state.stepno, views.ramp
-    np.add(stepno[0], ramp[:, None], out=stepno)
+    accounts.begin(npy.state.stepno)
     # a feed-forward actor's hx is (): nothing to reset
     stateless = type(hx) is tuple and not hx
 
@@ -235,15 +228,18 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             checks.action(row_next.act, t)
         for j in frozen:
             _freeze(step.row, row_next, views.final[t], step.out.final, j)
-        ended = envs.step(row_next.act, step.out, live, on_cast=on_cast)
+        ended, lost, casts = envs.step(row_next.act, step.out, live,
+                                       check_casts=checking)
+        if casts:
+            _raise_cast(casts[0])
+        accounts.add(row_next.rew, live)
         if ended:
-            _end_episodes(ended, step, ep_return, stepno, ramp, t)
+            accounts.end(ended, t, step.ret, step.length)
             if checking and step.out.final is not None:
                 checks.observation(getitem(step.out.final, ended),
                                    _final_label(t), ended)
-        lost = envs.lost
         if lost:  # the new episodes start here (see .layout)
-            stepno[t + 1:, lost] = ramp[:T - t, None]
+            accounts.lose(lost, t)
             if step.out.final is not None:
                 # no episode ended here: `final` is the observation itself,
                 # not what the reused buffer held (the end of fragment
@@ -273,26 +269,6 @@ def _policy_of(ctx, actor):
     if ctx.actor is not actor:
         ctx.policy, ctx.actor = as_policy(actor), actor
     return ctx.policy
-
-
-def _end_episodes(ended, step, ep_return, stepno, ramp, t):
-    """Episode statistics of the columns ``ended`` at row ``t + 1``, and
-    their new episodes' step counts down the rest of the fragment."""
-    T = len(ramp) - 1
-    if len(ended) == 1:  # the common case, without fancy indexing
-        j, = ended
-        # an episode's length is its step count plus this step
-        step.ret[j], step.length[j] = ep_return[j], step.row.stepno[j] + 1
-        ep_return[j] = 0.0
-        stepno[t + 1:, j] = ramp[:T - t]
-        return
-    # the running returns are a list or an array (running_returns)
-    step.ret[ended] = [ep_return[j] for j in ended]
-    for j in ended:
-        ep_return[j] = 0.0
-    ended = np.array(ended)  # indexing by an array is cheaper than a list
-    step.length[ended] = step.row.stepno[ended] + 1
-    stepno[t + 1:, ended] = ramp[:T - t, None]
 
 
 def _begin_fragment(npy, ctx):
@@ -343,7 +319,7 @@ def _end_fragment(policy, npy, views, ctx, hx, version):
     meta.env[:] = ctx.env_ids
     meta.seq[:] = ctx.seq
     meta.generation[:] = ctx.generation
-    ctx.ep_length[:] = npy.state.stepno[T]
+    ctx.accounts.finish()
     ctx.hx = hx
     ctx.seq += 1
     ctx._fresh = False
