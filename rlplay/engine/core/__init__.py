@@ -12,17 +12,21 @@ code that calls ``env.step``).
   which :func:`episode_stats` and the masks of :mod:`rlplay.engine.returns`
   follow), and the validators of the arguments that size a fragment;
 - :mod:`.policy`: the policy seam, through which both loops call the
-  actor;
+  actor (:class:`LocalPolicy`);
+- :mod:`.accounting`: one episode accounting for both loops
+  (:class:`Accounts`: running returns, lengths, step counts, lost calls);
+- :mod:`.checks`: the space checks (``check_spaces``);
 - :mod:`.fragments`: the fragment loop: :func:`prepare` allocates a
   fragment buffer, :func:`startup` resets the envs and returns the
-  :class:`Context` of an ongoing collection, :func:`collect` fills a
-  buffer with the next fragment in place;
+  :class:`Context` of an ongoing collection (:mod:`.context`),
+  :func:`collect` fills a buffer with the next fragment in place;
 - :mod:`.episodes`: the episode loop: :func:`evaluate` plays whole
   episodes, :func:`episode` one.
 
 Every generator in :mod:`rlplay.engine.rollout` is a thin driver around
 these loops.
 """
+from .accounting import Accounts
 from .context import Context
 from .episodes import episode, evaluate
 from .fragments import collect, prepare, startup
@@ -51,4 +55,5 @@ __all__ = [
     "episode_stats",
     "CHECK_SPACES",
     "LocalPolicy",
+    "Accounts",
 ]
