@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from envs import CountingEnv, StructuredEnv
+from envs import CountingEnv, SpacesEnv, StructuredEnv
 from rlplay.engine import envs as E
 from rlplay.engine import seeds as S
 
@@ -299,3 +299,56 @@ def test_space_placeholder_rejects_unsupported_spaces():
     with pytest.raises(TypeError, match="unsupported space"):
         E.space_placeholder(spaces.Tuple((spaces.Discrete(2),
                                           spaces.Text(2))))
+
+
+# what a step of an env batch reports
+
+def _row_out(n, obs_example, t=0, final=True):
+    """A RowOut of ``n`` columns for single-array observations."""
+    obs = np.zeros((n, *obs_example.shape), obs_example.dtype)
+    return E.RowOut(t=t, obs=obs, rew=np.zeros(n, np.float64),
+                    fin=np.zeros(n, bool), truncated=np.zeros(n, bool),
+                    final=np.zeros_like(obs) if final else None, info={},
+                    info_mask={})
+
+
+def test_a_step_reports_ended_columns_and_the_rewards_as_given():
+    batch = E.EnvList([CountingEnv(term_every=2), CountingEnv(term_every=3)])
+    out = _row_out(2, np.zeros(1, np.float32))
+    batch.reset(out.obs)
+    act = np.array([1, 2])
+    first = batch.step(act, out._replace(t=0))
+    assert isinstance(first, E.Stepped)
+    assert list(first.ended) == [] and list(first.lost) == []
+    assert not first.casts
+    assert out.rew.tolist() == [1.0, 2.0] and out.rew.dtype == np.float64
+    second = batch.step(act, out._replace(t=1))
+    assert second.ended == [0] and not second.lost and not second.casts
+    assert out.fin.tolist() == [True, False]
+    assert out.final[0, 0] == 2 and out.obs[0, 0] == 100  # reset
+
+
+def test_cast_problems_are_records_naming_the_column_and_step():
+    def obs(episode, t):
+        return 2.7 if t == 1 else 1
+
+    def env():
+        return SpacesEnv(spaces.Discrete(3), spaces.Discrete(2), obs)
+
+    out = _row_out(3, np.zeros((), np.int64), final=False)
+    batch = E.EnvConcat([E.EnvList([env()]), E.EnvList([env(), env()])])
+    assert batch.reset(out.obs, check_casts=True) == []
+    act = np.zeros(3, np.int64)
+    stepped = batch.step(act, out._replace(t=4), check_casts=True)
+    assert [cast.column for cast in stepped.casts] == [0, 1, 2]
+    cast = stepped.casts[2]
+    assert (cast.t, cast.reset) == (4, False)
+    assert cast.label == "env 2 step 4"
+    assert "2.7 does not fit its space's dtype int64" in cast.problem
+    # unchecked: recorded (as 2) and not reported
+    unchecked = E.EnvList([env()])
+    out = _row_out(1, np.zeros((), np.int64), final=False)
+    unchecked.reset(out.obs)
+    assert not unchecked.step(act[:1], out).casts and out.obs[0] == 2
+    assert E.Cast(1, None, True, "x").label == "env 1 reset()"
+    assert E.Cast(1, 3, True, "x").label == "env 1 step 3, reset()"

@@ -1,10 +1,10 @@
 """Discounted returns and GAE computed exactly from a fragment.
 
-Notation follows :mod:`rlplay.engine.core`: row ``t + 1`` of a fragment holds
-the reward ``rew[t+1]`` of the action taken at row ``t`` and whether that
-transition ended an episode (``fin[t+1]``), by termination or by truncation
-(``truncated[t+1]``). Results are indexed by the row of the action, ``t = 0
-.. T-1``, shape ``(T, B)``.
+Notation follows :mod:`rlplay.engine.core.layout`: row ``t + 1`` of a
+fragment holds the reward ``rew[t+1]`` of the action taken at row ``t`` and
+whether that transition ended an episode (``fin[t+1]``), by termination or
+by truncation (``truncated[t+1]``). Results are indexed by the row of the
+action, ``t = 0 .. T-1``, shape ``(T, B)``.
 
 - A termination cuts the return: nothing is bootstrapped after it.
 - A truncation cuts the episode but not the value: the return bootstraps

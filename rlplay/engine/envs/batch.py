@@ -6,23 +6,25 @@ Gymnasium 1.x: ``reset(seed=...)`` returns ``(obs, info)`` and
 calls, their results and the automatic reset of an env whose episode ended
 live here and nowhere else: the core loops (:mod:`rlplay.engine.core`)
 step an :class:`EnvBatch`, one call per row for all its columns, and read
-what it wrote into the row.
+what it wrote into the row and what it says happened.
 
 An :class:`EnvBatch` of ``B`` env columns offers:
 
-- ``reset(obs_out, seeds=None, at=None)``: reset the columns ``at`` (all
-  by default), writing their observations into ``obs_out[j]``;
-- ``step(act, out, live=None) -> ended``: step the ``live`` columns (all
-  by default) with their actions of ``act`` and write the row ``out``
-  (a :class:`RowOut`): observations, rewards, which columns ended an
-  episode and how, their true last observations and the env info, and add
-  each reward to its column's running return (``out.ret``); an ended
-  column is reset at once (``autoreset=True``) and ``out.obs`` gets its
-  reset observation. Returns the columns that ended, in order;
-- ``running_returns()``: the zeroed running returns that ``step`` adds to
-  (a list of Python floats for single envs, a float64 array for a
-  batched source: the cheaper to add to, per reward or per row);
+- ``reset(obs_out, seeds=None, at=None) -> casts``: reset the columns
+  ``at`` (all by default), writing their observations into ``obs_out[j]``;
+- ``step(act, out, live=None) -> Stepped``: step the ``live`` columns
+  (all by default) with their actions of ``act`` and write the row
+  ``out`` (a :class:`RowOut`): observations, the rewards as the envs gave
+  them, which columns ended an episode and how, their true last
+  observations and the env info; an ended column is reset at once
+  (``autoreset=True``) and ``out.obs`` gets its reset observation. It
+  returns what happened (a :class:`Stepped`): the columns that ended, the
+  lost calls, and what recording the observations lost (:class:`Cast`
+  records, where asked);
 - ``close()``.
+
+The interface reports; it keeps no accounts: running returns, lengths
+and step counts are the core's (:mod:`rlplay.engine.core.accounting`).
 
 Seeding (the tree is in :mod:`rlplay.engine.seeds`): each env is made
 (with ``seed=`` when the factory takes it) and first reset with the seed
@@ -33,33 +35,26 @@ Each env gets its own copy of its action (a numpy scalar, or a view of a
 fresh copy of the row): an env that edits or keeps its action never
 changes what the fragment recorded.
 """
-import inspect
-import numbers
 from collections import namedtuple
 
-import gymnasium
 import numpy as np
 
 from ..nested import StructureError, flatten, getitem, suply
 from ..seeds import reset_seed
+from .making import check_step, close_envs, reset, reward
 from .spaces import format_value, space_example
 
 __all__ = [
     "RowOut",
+    "Stepped",
+    "Cast",
     "EnvBatch",
     "EnvList",
-    "make_envs",
-    "check_factory",
-    "close_envs",
-    "reset",
-    "check_step",
-    "reward",
     "cast_problem",
 ]
 
 RowOut = namedtuple(
-    "RowOut", "t obs rew fin truncated final info info_mask ret",
-    defaults=(None,))
+    "RowOut", "t obs rew fin truncated final info info_mask")
 RowOut.__doc__ = """What one step of ``B`` env columns writes: numpy views,
 the env axis first.
 
@@ -68,9 +63,12 @@ t : int
 obs : nested arrays, shape = (B, ...)
     The observations after the step (the reset observation where an
     episode ended and the column was reset).
-rew : ndarray, shape = (B,)
-    The rewards (:func:`~rlplay.engine.core.collect` gives the fragment's
-    float32 row, which the actor reads at the next step).
+rew : ndarray of float64, shape = (B,)
+    The rewards of the stepped columns, exactly as their envs gave them
+    (0 for a lost call); the caller records them (as the fragment's
+    float32 row) and adds them up (a return is the float64 sum of the
+    rewards, not of their float32 records). Unstepped columns are not
+    written.
 fin, truncated : ndarray of bool, shape = (B,)
     Set where an episode ended, and where that end was a truncation
     (``truncated`` may be ``None``: not recorded). Only ended columns are
@@ -80,15 +78,48 @@ final : nested arrays, shape = (B, ...), or None
 info, info_mask : dict
     ``{key: nested arrays (B, ...)}`` and ``{key: bool (B,)}`` of the env
     info keys to record (empty: none); only present keys are written.
-ret : list of float, or ndarray of float64, or None
-    The running returns of the columns' episodes (made by the batch's
-    :meth:`EnvBatch.running_returns`: an :class:`~.sources.EnvConcat`
-    gives each part a view of its array), owned by the caller, which reads
-    and clears an entry where an episode ends: each stepped column's
-    reward, exactly as its env returned it, is added to its entry, so
-    that a return is the float64 sum of the rewards, not of their float32
-    records.
 """
+
+Stepped = namedtuple("Stepped", "ended lost casts")
+Stepped.__doc__ = """What happened in one step of an :class:`EnvBatch`.
+
+ended : list of int
+    The columns whose episode ended, in order.
+lost : list of int
+    The columns whose call was lost: the source reset them one call late,
+    ignoring their action, and their row holds a reset observation that no
+    executed action led to (see :mod:`.vector`).
+casts : list of Cast
+    What recording the observations lost, in the order written (empty
+    unless ``check_casts``).
+"""
+
+# a step where nothing ended, no call was lost and nothing was cast
+_CALM = Stepped((), (), ())
+
+
+class Cast(namedtuple("Cast", "column t reset problem")):
+    """An observation that recording changed (see :func:`cast_problem`).
+
+    column : int
+    t : int or None
+        The step it came from; ``None``: the first reset.
+    reset : bool
+        It came from ``reset()`` (after step ``t``, when ``t`` is given).
+    problem : str
+        What was given and what was recorded.
+    """
+
+    __slots__ = ()
+
+    @property
+    def label(self):
+        """Where it came from: ``env j reset()``, ``env j step t`` or
+        ``env j step t, reset()``."""
+        if self.t is None:
+            return f"env {self.column} reset()"
+        return f"env {self.column} step {self.t}" + (
+            ", reset()" if self.reset else "")
 
 
 class EnvBatch:
@@ -103,9 +134,6 @@ class EnvBatch:
         Whether ``step`` can leave some columns unstepped (``live``).
     can_reset_columns : bool
         Whether ``reset`` can reset some columns alone (``at``).
-    lost : list of int
-        After ``step``: the columns whose call was lost (their row holds
-        the reset observation of a source that resets one call late).
     """
 
     n_envs = 0
@@ -113,18 +141,9 @@ class EnvBatch:
     # whether a column can be left unstepped (sticky freezes columns), and
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
-    # the columns whose last step was a lost call (see envs.vector): their
-    # row holds a reset observation that no executed action led to
-    lost = ()
 
-    def running_returns(self):
-        """The zeroed running returns of the columns, for ``RowOut.ret``:
-        a float64 array here (a batched source adds a row at once); a list
-        of Python floats for an :class:`EnvList`, whose envs give one
-        reward at a time as Python floats (no numpy call per row)."""
-        return np.zeros(self.n_envs, np.float64)
-
-    def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
+    def reset(self, obs_out, seeds=None, at=None, *, t=None,
+              check_casts=False):
         """Reset the columns ``at`` (all by default) and write their
         observations into ``obs_out[j]``.
 
@@ -136,14 +155,19 @@ class EnvBatch:
         at : list of int, optional
         t : int, optional
             The step this reset follows, for messages.
-        on_cast : callable, optional
-            ``on_cast(label, problem)`` is called where recording an
-            observation lost something (an integer leaf that does not hold
-            the value given, see :func:`cast_problem`).
+        check_casts : bool
+            Report where recording an observation lost something (an
+            integer leaf that does not hold the value given, see
+            :func:`cast_problem`).
+
+        Returns
+        -------
+        casts : list of Cast
         """
         raise NotImplementedError
 
-    def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
+    def step(self, act, out, live=None, *, autoreset=True,
+             check_casts=False):
         """Step the ``live`` columns (all by default) once.
 
         Parameters
@@ -157,13 +181,12 @@ class EnvBatch:
             Reset a column whose episode ended (``out.obs`` gets the reset
             observation, ``out.final`` the last one); without, ``out.obs``
             gets the last observation and the column is left as it is.
-        on_cast : callable, optional
+        check_casts : bool
             As for :meth:`reset`.
 
         Returns
         -------
-        ended : list of int
-            The columns whose episode ended, in order.
+        stepped : Stepped
         """
         raise NotImplementedError
 
@@ -217,39 +240,36 @@ class EnvList(EnvBatch):
     def __len__(self):
         return self.n_envs
 
-    def running_returns(self):
-        return [0.0] * self.n_envs
-
     def __iter__(self):
         return iter(self.envs)
 
     def __getitem__(self, j):
         return self.envs[j]
 
-    def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
+    def reset(self, obs_out, seeds=None, at=None, *, t=None,
+              check_casts=False):
         at = range(self.n_envs) if at is None else at
-        write = self._write
+        write, casts = self._write, []
         for k, j in enumerate(at):
             seed = None if seeds is None else reset_seed(seeds[k])
             obs, _ = reset(self.envs[j], seed=seed)
             write(obs_out, j, obs, "reset()")
-            if on_cast is not None:
-                _report_cast(on_cast, obs_out, j, obs, _reset_label(j, t))
+            if check_casts:
+                _check_cast(casts, obs_out, j, obs, t, True)
+        return casts
 
-    def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
+    def step(self, act, out, live=None, *, autoreset=True,
+             check_casts=False):
         (t, obs_next, rew_next, fin_next, truncated_next, final_next,
-         info_next, info_mask, ret) = out  # one unpack: cheaper per row
+         info_next, info_mask) = out  # one unpack: cheaper per row
         kind = self._act_kind
         acts = act if kind == _ACT_SCALARS else _env_actions(act, kind,
                                                             self.n_envs)
-        # without the caller's returns, the rewards are added to a list
-        # that is dropped (cheaper than a test per column)
-        ret = ret if ret is not None else [0.0] * self.n_envs
         keys = tuple(info_mask) if info_mask else ()
         write = self._write
-        obs_shape = self._obs_shape if on_cast is None or \
+        obs_shape = self._obs_shape if not check_casts or \
             not self._integral else None
-        ended = []
+        ended, casts = [], []
         for j, env in self._columns if live is None else [
                 (j, self.envs[j]) for j in live]:
             result = env.step(acts[j])
@@ -258,11 +278,10 @@ class EnvList(EnvBatch):
             except (TypeError, ValueError):
                 check_step(env, result)  # raises a clear TypeError
                 raise
-            rew = rew if type(rew) is float else reward(rew, j, t)
-            rew_next[j] = rew
-            ret[j] += rew
+            rew_next[j] = rew if type(rew) is float else reward(rew, j, t)
             if keys:
                 _write_env_info(keys, info, info_next, info_mask, j)
+            reset_now = False
             if terminated or truncated:
                 ended.append(j)
                 fin_next[j] = True
@@ -271,19 +290,20 @@ class EnvList(EnvBatch):
                 if autoreset:
                     if final_next is not None:
                         write(final_next, j, obs, "step()")
-                        if on_cast is not None:
-                            _report_cast(on_cast, final_next, j, obs,
-                                         f"env {j} step {t}")
+                        if check_casts:
+                            _check_cast(casts, final_next, j, obs, t, False)
                     obs, _ = reset(env)
+                    reset_now = True
             # the common case inlined: an array of the declared shape
             if type(obs) is np.ndarray and obs.shape == obs_shape:
                 obs_next[j] = obs
             else:
                 write(obs_next, j, obs, "step()")
-                if on_cast is not None:
-                    _report_cast(on_cast, obs_next, j, obs, _step_label(
-                        j, t, autoreset and (terminated or truncated)))
-        return ended
+                if check_casts:
+                    _check_cast(casts, obs_next, j, obs, t, reset_now)
+        if ended or casts:
+            return Stepped(ended, (), casts)
+        return _CALM
 
     def render(self, column):
         return self.envs[column].render()
@@ -292,18 +312,12 @@ class EnvList(EnvBatch):
         close_envs(self.envs, quiet=quiet)
 
 
-def _reset_label(j, t=None):
-    return f"env {j} reset()" if t is None else f"env {j} step {t}, reset()"
-
-
-def _step_label(j, t, reset):
-    return f"env {j} step {t}" + (", reset()" if reset else "")
-
-
-def _report_cast(on_cast, tree, j, obs, label):
+def _check_cast(casts, tree, j, obs, t, reset):
+    """Append to ``casts`` what recording ``obs`` in row ``j`` of ``tree``
+    lost, if anything."""
     problem = cast_problem(tree, j, obs)
     if problem is not None:
-        on_cast(label, problem)
+        casts.append(Cast(j, t, reset, problem))
 
 
 def cast_problem(tree, j, obs):
@@ -423,150 +437,3 @@ def _fresh_rows(leaf):
     return leaf if leaf.ndim == 1 else leaf.copy()
 
 
-# ------------------------------------------------------- making and closing
-
-def _accepts_seed(factory):
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    # only an explicit `seed` parameter: `gymnasium.make(**kwargs)` would
-    # forward it to the env's constructor, which may not take it
-    return "seed" in params and params["seed"].kind in (
-        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def make_envs(factory, seed_sequences):
-    """Build one env per seed sequence with ``factory`` and check each.
-
-    A factory with an explicit ``seed`` parameter receives its env's integer seed too.
-    The spaces of each env are seeded from its sequence.
-
-    Raises
-    ------
-    TypeError
-        ``factory`` is not callable or returns something that is not a
-        Gymnasium environment (no ``reset``/``step``/spaces).
-    Exception
-        Whatever ``factory`` raises, as it is. Envs already made are
-        closed first.
-    """
-    check_factory(factory)
-    pass_seed = _accepts_seed(factory)
-    envs = []
-    try:
-        for ss in seed_sequences:
-            seed = reset_seed(ss)
-            env = factory(seed=seed) if pass_seed else factory()
-            _check_env(env, factory)
-            env.action_space.seed(seed)
-            env.observation_space.seed(seed)
-            envs.append(env)
-    except BaseException:
-        # the envs made so far would leak otherwise; the original error wins
-        try:
-            close_envs(envs)
-        except Exception:  # noqa: BLE001
-            pass
-        raise
-    return envs
-
-
-def close_envs(envs, quiet=False):
-    """Close every env, even if some ``close()`` raise: the first error is
-    re-raised once all were tried, unless ``quiet`` (a worker that is
-    ending: nobody listens any more)."""
-    error = None
-    for env in envs:
-        try:
-            env.close()
-        except Exception as exc:  # noqa: BLE001 - re-raised below
-            error = error or exc
-    if error is not None and not quiet:
-        raise error
-
-
-def check_factory(factory):
-    """Check that ``factory`` is callable, with a hint for an env made
-    already or an env id given in its place.
-
-    Raises
-    ------
-    TypeError
-        Naming what was given and, for an env or an env id, the factory
-        to pass instead.
-
-    Examples
-    --------
-    >>> check_factory("CartPole-v1")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    TypeError: factory must be callable ... functools.partial(gymnasium.make, 'CartPole-v1')
-    """
-    if callable(factory):
-        return
-    hint = ""
-    if isinstance(factory, str):
-        hint = (f": pass a function that makes the env, such as "
-                f"functools.partial(gymnasium.make, {factory!r})")
-    elif hasattr(factory, "step") and hasattr(factory, "reset"):
-        spec = getattr(getattr(factory, "unwrapped", factory), "spec", None)
-        name = getattr(spec, "id", None) or "ENV_ID"
-        hint = (f" (rlplay makes and seeds its own envs, several of them, "
-                f"in each worker): pass a function that makes one instead "
-                f"of an env, such as functools.partial(gymnasium.make, "
-                f"{name!r})")
-    raise TypeError(f"factory must be callable and return a Gymnasium env, "
-                    f"got {type(factory).__name__}{hint}")
-
-
-def _check_env(env, factory):
-    missing = [name for name in ("reset", "step", "observation_space",
-                                 "action_space") if not hasattr(env, name)]
-    if missing or not isinstance(env.observation_space, gymnasium.Space) \
-            or not isinstance(env.action_space, gymnasium.Space):
-        raise TypeError(f"factory {factory!r} returned {type(env).__name__}, "
-                        f"which is not a Gymnasium env (missing or invalid: "
-                        f"{missing or 'spaces'})")
-
-
-def reset(env, seed=None):
-    """``env.reset(seed=seed)``, checked to return ``(obs, info)``."""
-    result = env.reset(seed=seed)
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise TypeError(f"{type(env).__name__}.reset() must return "
-                        f"(obs, info) as in Gymnasium 1.x, got "
-                        f"{type(result).__name__}")
-    return result
-
-
-def check_step(env, result):
-    """Check a ``step`` result is Gymnasium 1.x's 5-tuple; return it."""
-    if not (isinstance(result, tuple) and len(result) == 5):
-        raise TypeError(f"{type(env).__name__}.step() must return (obs, "
-                        f"reward, terminated, truncated, info) as in "
-                        f"Gymnasium 1.x, got {type(result).__name__} of "
-                        f"length {len(result) if isinstance(result, tuple) else '?'}")
-    return result
-
-
-def reward(value, j, t):
-    """``value``, the reward env ``j`` returned at step ``t``, as a Python
-    float: a real number (Python's or numpy's, a 0-d or one-element numeric
-    array too).
-
-    Raises
-    ------
-    TypeError
-        Anything else (a string, ``None``, an array of several values),
-        naming the env column and the step.
-    """
-    if type(value) is float:
-        return value
-    if isinstance(value, numbers.Real) and not isinstance(value, np.ndarray):
-        return float(value)
-    if isinstance(value, np.ndarray) and value.size == 1 \
-            and value.dtype.kind in "biuf":
-        return float(value.reshape(()))
-    raise TypeError(f"env {j} step {t}: the reward must be a real number, "
-                    f"got {type(value).__name__} {value!r}")

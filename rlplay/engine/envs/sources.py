@@ -14,8 +14,8 @@ that is not a whole number of sources is refused) and returns one
 import gymnasium
 
 from ..seeds import reset_seed
-from .batch import (EnvBatch, EnvList, RowOut, _accepts_seed, _check_env,
-                    check_factory, close_envs)
+from .batch import EnvBatch, EnvList, RowOut, Stepped
+from .making import _accepts_seed, _check_env, check_factory, close_envs
 from .vector import EnvPoolSource, VectorSource, is_envpool
 
 __all__ = ["EnvConcat", "make_batch", "as_batch", "check_columns"]
@@ -47,15 +47,14 @@ class EnvConcat(EnvBatch):
         self.can_freeze = all(part.can_freeze for part in self.parts)
         self.can_reset_columns = all(part.can_reset_columns
                                      for part in self.parts)
-        self.lost = []
-        # id(out.obs) -> (out.obs, out.ret, [each part's RowOut])
+        # id(out.obs) -> (out.obs, out.rew, [each part's RowOut])
         self._rows = {}
 
     def _split(self, out):
         cached = self._rows.get(id(out.obs))
         if cached is None or cached[0] is not out.obs or \
-                cached[1] is not out.ret:
-            cached = (out.obs, out.ret, [_slice_row(out, lo, hi)
+                cached[1] is not out.rew:
+            cached = (out.obs, out.rew, [_slice_row(out, lo, hi)
                                          for lo, hi in self.bounds])
             self._rows[id(out.obs)] = cached
         outs = cached[2]
@@ -63,7 +62,9 @@ class EnvConcat(EnvBatch):
             outs = [o._replace(t=out.t) for o in outs]
         return outs
 
-    def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
+    def reset(self, obs_out, seeds=None, at=None, *, t=None,
+              check_casts=False):
+        casts = []
         for part, (lo, hi) in zip(self.parts, self.bounds):
             cols = None if at is None else [j - lo for j in at
                                             if lo <= j < hi]
@@ -75,23 +76,26 @@ class EnvConcat(EnvBatch):
                 part_seeds = seeds[lo:hi]
             else:
                 part_seeds = [ss for j, ss in zip(at, seeds) if lo <= j < hi]
-            part.reset(_slice(obs_out, lo, hi), part_seeds, cols, t=t,
-                       on_cast=_shifted(on_cast, lo))
+            casts += _shifted(part.reset(
+                _slice(obs_out, lo, hi), part_seeds, cols, t=t,
+                check_casts=check_casts), lo)
+        return casts
 
-    def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
-        ended, lost = [], []
+    def step(self, act, out, live=None, *, autoreset=True,
+             check_casts=False):
+        ended, lost, casts = [], [], []
         for part, (lo, hi), part_out in zip(self.parts, self.bounds,
                                             self._split(out)):
             cols = None if live is None else [j - lo for j in live
                                               if lo <= j < hi]
             if cols is not None and not cols:
                 continue
-            ended += [lo + j for j in part.step(
-                _slice(act, lo, hi), part_out, cols, autoreset=autoreset,
-                on_cast=_shifted(on_cast, lo))]
-            lost += [lo + j for j in part.lost]
-        self.lost = lost
-        return ended
+            stepped = part.step(_slice(act, lo, hi), part_out, cols,
+                                autoreset=autoreset, check_casts=check_casts)
+            ended += [lo + j for j in stepped.ended]
+            lost += [lo + j for j in stepped.lost]
+            casts += _shifted(stepped.casts, lo)
+        return Stepped(ended, lost, casts)
 
     def render(self, column):
         for part, (lo, hi) in zip(self.parts, self.bounds):
@@ -121,26 +125,19 @@ def _slice(tree, lo, hi):
 
 
 def _slice_row(out, lo, hi):
-    # the running returns are EnvBatch's array, whatever the parts: each
-    # part adds to a view of its columns
     return RowOut(t=out.t, obs=_slice(out.obs, lo, hi), rew=out.rew[lo:hi],
                   fin=out.fin[lo:hi], truncated=_slice(out.truncated, lo, hi),
                   final=_slice(out.final, lo, hi),
                   info=_slice(out.info, lo, hi),
-                  info_mask=_slice(out.info_mask, lo, hi),
-                  ret=_slice(out.ret, lo, hi))
+                  info_mask=_slice(out.info_mask, lo, hi))
 
 
-def _shifted(on_cast, lo):
-    """``on_cast`` for a part whose column 0 is column ``lo``: its labels
-    name the batch's column."""
-    if on_cast is None or not lo:
-        return on_cast
-
-    def shifted(label, problem):
-        head, j, rest = label.split(" ", 2)
-        on_cast(f"{head} {int(j) + lo} {rest}", problem)
-    return shifted
+def _shifted(casts, lo):
+    """The :class:`~.batch.Cast` records of a part whose column 0 is
+    column ``lo``, naming the batch's columns."""
+    if not lo:
+        return list(casts)
+    return [cast._replace(column=cast.column + lo) for cast in casts]
 
 
 def _source(made, factory, seed):

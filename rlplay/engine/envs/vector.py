@@ -14,19 +14,19 @@ each, so that the fragment's layout is what a list of the same envs gives:
 - ``DISABLED``: rlplay resets the ended envs itself, at once, with
   ``reset(options={"reset_mask": ...})``. Exact.
 - ``NEXT_STEP`` (the default of ``make_vec``; the only mode of the native
-  vector envs and of EnvPool): the step returns the true last observation
-  and the source resets the env on its *next* call, ignoring the action
-  there. Where the source honours a partial reset (``SyncVectorEnv``,
-  ``AsyncVectorEnv`` with shared memory, EnvPool's ``reset(env_id)``),
-  rlplay resets the ended envs at once, and the mapping is exact. Where it
-  does not (``CartPoleVectorEnv`` and other native vector envs), the
-  column *loses a call* at every episode end, and the layout says so (see
-  :mod:`rlplay.engine.core`): the row where the episode ended holds its
-  true last observation (in ``obs`` as in ``final``), and the next row,
+  vector envs and of EnvPool): the step returns the true last observation and
+  the source resets the env on its *next* call, ignoring the action there.
+  Where the source honours a partial reset (``SyncVectorEnv``,
+  ``AsyncVectorEnv`` with shared memory, EnvPool's ``reset(env_id)``), rlplay
+  resets the ended envs at once, and the mapping is exact. Where it does not
+  (``CartPoleVectorEnv`` and other native vector envs), the column *loses a
+  call* at every episode end, and the layout says so (see
+  :mod:`rlplay.engine.core.layout`): the row where the episode ended holds
+  its true last observation (in ``obs`` as in ``final``), and the next row,
   the lost call, holds the reset observation with ``fin`` set, no reward,
-  ``stepno = 0`` and no episode statistics, a row that no executed action
-  led to (:func:`rlplay.engine.core.acted` is false there), as sticky's
-  frozen rows are. Its env info is not recorded.
+  ``stepno = 0`` and no episode statistics, a row that no executed action led
+  to (:func:`rlplay.engine.core.acted` is false there), as sticky's frozen
+  rows are. Its env info is not recorded.
 
 Seeding: where the source takes a list of seeds (``SyncVectorEnv``,
 ``AsyncVectorEnv``), every column is reset with the seed of its own child
@@ -45,7 +45,8 @@ from gymnasium.vector.utils import batch_space
 
 from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
-from .batch import EnvBatch, _obs_writer, _report_cast, check_step, reward
+from .batch import _CALM, EnvBatch, Stepped, _check_cast, _obs_writer
+from .making import check_step, reward
 from .spaces import space_example
 
 __all__ = ["VectorSource", "EnvPoolSource", "is_envpool"]
@@ -103,10 +104,6 @@ class VectorSource(EnvBatch):
         # next call is lost (the source resets them then)
         self.pending = np.zeros(self.n_envs, bool)
         self._pending = False  # any pending: the next call has lost ones
-        # a step's rewards as the source gave them (float64), for the
-        # returns; the fragment records them as float32
-        self._rew = np.zeros(self.n_envs, np.float64)
-        self.lost = []
         example = space_example(observation_space)
         # the shape of batched observations of one array (else None)
         self._batch_shape = (self.n_envs, *example.shape) \
@@ -126,21 +123,24 @@ class VectorSource(EnvBatch):
                     f"{self.n_envs} times")
 
     # ------------------------------------------------------------ reset --
-    def reset(self, obs_out, seeds=None, at=None, *, t=None, on_cast=None):
+    def reset(self, obs_out, seeds=None, at=None, *, t=None,
+              check_casts=False):
+        casts = [] if check_casts else None
         if at is None:
             obs, _ = self._reset_all(seeds)
             self.pending[:] = False
             self._pending = False
-            self._write_all(obs_out, obs, "reset()", on_cast, None, None)
-            return
+            self._write_all(obs_out, obs, "reset()", casts, None, None)
+            return casts or []
         at = list(at)
         if not at:
-            return
+            return []
         if not self.can_reset_columns:
             raise ValueError(f"{self.name} cannot reset some of its envs "
                              f"alone (next-step autoreset, no reset_mask)")
         obs = self._reset_columns(at, seeds)
-        self._write_columns(obs_out, at, obs, "reset()", on_cast, t)
+        self._write_columns(obs_out, at, obs, casts, t)
+        return casts or []
 
     def _reset_all(self, seeds):
         if seeds is None:
@@ -168,7 +168,8 @@ class VectorSource(EnvBatch):
         return _take(obs, at, self.n_envs, self.name)
 
     # ------------------------------------------------------------- step --
-    def step(self, act, out, live=None, *, autoreset=True, on_cast=None):
+    def step(self, act, out, live=None, *, autoreset=True,
+             check_casts=False):
         k, t = self.n_envs, out.t
         # the source gets a copy: it may keep or edit its actions
         result = self.source.step(act.copy() if type(act) is np.ndarray
@@ -180,41 +181,40 @@ class VectorSource(EnvBatch):
             raise
         terminated = _flags(terminated, k, self.name, "terminated")
         truncated = _flags(truncated, k, self.name, "truncated")
-        _rewards(rew, self._rew, k, self.name, t)
+        # the rewards as the source gave them (float64) into the row
+        _rewards(rew, out.rew, k, self.name, t)
         pending = self.pending if self._pending else None
         ends = terminated | truncated
         any_end = ends.any()
+        casts = [] if check_casts else None
         # the common case inlined: one array of the declared batch shape
         if type(obs) is np.ndarray and obs.shape == self._batch_shape and (
-                on_cast is None or not self._integral):
+                not check_casts or not self._integral):
             out.obs[...] = obs
         else:
-            self._write_all(out.obs, obs, "step()", on_cast, ends, t)
+            self._write_all(out.obs, obs, "step()", casts, ends, t)
         if out.info_mask:
             self._write_info(info, out, ends, pending)
+        lost = ()
         if pending is not None:  # reset observations no action led to
             np.logical_or(out.fin, pending, out=out.fin)
-            np.copyto(self._rew, 0.0, where=pending)  # no reward either
-            self.lost = np.flatnonzero(pending).tolist()
+            np.copyto(out.rew, 0.0, where=pending)  # no reward either
+            lost = np.flatnonzero(pending).tolist()
             pending[:] = False
             self._pending = False
-        else:
-            self.lost = []
-        np.copyto(out.rew, self._rew)
-        ret = out.ret  # an array (running_returns), added to in place
-        if ret is not None:
-            ret += self._rew
-        if not any_end:
-            return []
-        np.logical_or(out.fin, ends, out=out.fin)
-        if out.truncated is not None:
-            np.logical_or(out.truncated, truncated & ~terminated,
-                          out=out.truncated)
-        ended = np.flatnonzero(ends).tolist()
-        self._end(ended, ends, obs, info, out, autoreset, on_cast)
-        return ended
+        ended = ()
+        if any_end:
+            np.logical_or(out.fin, ends, out=out.fin)
+            if out.truncated is not None:
+                np.logical_or(out.truncated, truncated & ~terminated,
+                              out=out.truncated)
+            ended = np.flatnonzero(ends).tolist()
+            self._end(ended, ends, obs, info, out, autoreset, casts)
+        if ended or lost or casts:
+            return Stepped(ended, lost, casts or ())
+        return _CALM
 
-    def _end(self, ended, ends, obs, info, out, autoreset, on_cast):
+    def _end(self, ended, ends, obs, info, out, autoreset, casts):
         """The columns ``ended`` (the mask ``ends``): their true last
         observations into ``out.final`` and, where the source lets rlplay
         reset them now, the reset observations into ``out.obs``."""
@@ -224,9 +224,8 @@ class VectorSource(EnvBatch):
                 finals = _final_obs(info, ended, self.name)
                 for j, value in zip(ended, finals):
                     self._write(final, j, value, "step()")
-                    if on_cast is not None:
-                        _report_cast(on_cast, final, j, value,
-                                     f"env {j} step {t}")
+                    if casts is not None:
+                        _check_cast(casts, final, j, value, t, False)
             return
         # the step's observations are the true last ones (written already)
         if final is not None:
@@ -239,42 +238,41 @@ class VectorSource(EnvBatch):
             return
         if self.can_reset_columns:
             reset = self._reset_columns(ended)
-            self._write_columns(out.obs, ended, reset, "reset()", on_cast, t)
+            self._write_columns(out.obs, ended, reset, casts, t)
         else:  # the next call is lost: the source resets them then
             np.logical_or(self.pending, ends, out=self.pending)
             self._pending = True
 
     # ----------------------------------------------------------- writes --
-    def _write_all(self, obs_out, obs, what, on_cast, reset, t):
+    def _write_all(self, obs_out, obs, what, casts, reset, t):
         """Every column's observation ``obs`` (batched) into ``obs_out``;
-        ``reset``: where the source reset the column within the step."""
+        ``reset``: where the source reset the column within the step;
+        what recording them lost appended to ``casts`` (unless ``None``).
+        """
         try:
             suply(_copy_rows, obs_out, obs, n=self.n_envs)
         except (StructureError, TypeError, ValueError) as exc:
             raise type(exc)(f"{self.name} {what}: the observations do not "
                             f"match the observation space batched "
                             f"num_envs={self.n_envs} times: {exc}") from None
-        if on_cast is None or not self._integral:
+        if casts is None or not self._integral:
             return
         same_step = self.mode is AutoresetMode.SAME_STEP
         for j in range(self.n_envs):
-            if t is None:
-                label = f"env {j} {what}"
-            else:
-                label = f"env {j} step {t}" + (
-                    ", reset()" if reset is not None and reset[j] and
-                    same_step else "")
-            _report_cast(on_cast, obs_out, j, _row(obs, j), label)
+            # a reset within the step (same-step autoreset); t is None
+            # for the first reset
+            was_reset = t is None or (reset is not None and bool(reset[j])
+                                      and same_step)
+            _check_cast(casts, obs_out, j, _row(obs, j), t, was_reset)
 
-    def _write_columns(self, obs_out, at, obs, what, on_cast, t):
-        """The observations ``obs`` (one row per column of ``at``) into
-        ``obs_out[at]``."""
+    def _write_columns(self, obs_out, at, obs, casts, t):
+        """The reset observations ``obs`` (one row per column of ``at``)
+        into ``obs_out[at]``; what recording them lost appended to
+        ``casts`` (unless ``None``)."""
         suply(_put_columns, obs_out, obs, cols=at)
-        if on_cast is not None and self._integral:
+        if casts is not None and self._integral:
             for i, j in enumerate(at):
-                label = f"env {j} reset()" if t is None \
-                    else f"env {j} step {t}, reset()"
-                _report_cast(on_cast, obs_out, j, _row(obs, i), label)
+                _check_cast(casts, obs_out, j, _row(obs, i), t, True)
 
     def _write_info(self, info, out, ends, lost):
         """The env info keys of ``out`` from the batched ``info``: from

@@ -1,0 +1,59 @@
+"""Core loops and the layout of a fragment: the only code that calls the
+actor (through one policy interface, :mod:`.policy`), and that steps envs
+(through the env adapter's :class:`~rlplay.engine.envs.EnvBatch`, the only
+code that calls ``env.step``).
+
+- :mod:`.layout`: the layout of a fragment, documented there in full (its
+  table of fields, rows and time indices, sticky frozen rows, lost calls,
+  space checks, clipped actions): the types (:class:`State`,
+  :class:`Fragment`, :class:`Meta`, :class:`EpisodeStats`), the env axis
+  of each field (:func:`env_axes`), selecting env columns
+  (:func:`columns`), which rows an executed action led to (:func:`acted`,
+  which :func:`episode_stats` and the masks of :mod:`rlplay.engine.returns`
+  follow), and the validators of the arguments that size a fragment;
+- :mod:`.policy`: the policy seam, through which both loops call the
+  actor (:class:`LocalPolicy`);
+- :mod:`.accounting`: one episode accounting for both loops
+  (:class:`Accounts`: running returns, lengths, step counts, lost calls);
+- :mod:`.checks`: the space checks (``check_spaces``);
+- :mod:`.fragments`: the fragment loop: :func:`prepare` allocates a
+  fragment buffer, :func:`startup` resets the envs and returns the
+  :class:`Context` of an ongoing collection (:mod:`.context`),
+  :func:`collect` fills a buffer with the next fragment in place;
+- :mod:`.episodes`: the episode loop: :func:`evaluate` plays whole
+  episodes, :func:`episode` one.
+
+Every generator in :mod:`rlplay.engine.rollout` is a thin driver around
+these loops.
+"""
+from .accounting import Accounts
+from .context import Context
+from .episodes import episode, evaluate
+from .fragments import collect, prepare, startup
+from .layout import (CHECK_SPACES, EpisodeStats, Fragment, Meta, State,
+                     acted, check_count, check_spaces_mode, check_sticky,
+                     columns, env_axes, episode_stats)
+from .policy import LocalPolicy
+
+__all__ = [
+    "check_count",
+    "check_spaces_mode",
+    "check_sticky",
+    "State",
+    "Fragment",
+    "EpisodeStats",
+    "Meta",
+    "env_axes",
+    "columns",
+    "acted",
+    "Context",
+    "prepare",
+    "startup",
+    "collect",
+    "evaluate",
+    "episode",
+    "episode_stats",
+    "CHECK_SPACES",
+    "LocalPolicy",
+    "Accounts",
+]

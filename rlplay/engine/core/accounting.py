@@ -1,0 +1,119 @@
+"""One episode accounting, kept by the core loops for their env columns.
+
+An env batch reports what happened in a step (a
+:class:`~rlplay.engine.envs.Stepped`: the columns that ended, the lost
+calls) and writes the rewards as its envs gave them, float64, into
+:attr:`Accounts.rew` (its ``RowOut.rew``); it keeps no accounts. The
+accounts of the episodes under way are kept here, once, for both loops:
+
+- running returns: each stepped column's reward added to its entry, in
+  the order the envs gave them, so that a return is the float64 sum of
+  the rewards, not of their float32 records; a lost call adds nothing
+  (its reward is 0);
+- running lengths, the steps an episode took;
+- in a fragment (:func:`~.fragments.collect`), the step counts
+  ``state.stepno``, written for the whole fragment at once and rewritten
+  from the row where a new episode starts (after an end or a lost call),
+  and the episode statistics of the rows where episodes end.
+
+:func:`~.episodes.evaluate` counts steps itself (:meth:`Accounts.count`),
+as its columns may play on uncounted (an episode cut at ``max_steps`` on a
+source that cannot reset a column alone) and closes the episodes it
+returns (:meth:`Accounts.close`).
+"""
+import numpy as np
+
+__all__ = ["Accounts"]
+
+
+class Accounts:
+    """The accounts of the episodes under way in ``n_envs`` env columns
+    (see the module docstring).
+
+    Attributes
+    ----------
+    rew : ndarray of float64, shape = (n_envs,)
+        The rewards of the last step, as the envs gave them: the env
+        batch's ``RowOut.rew``.
+    ret : ndarray of float64, shape = (n_envs,)
+        The running return of each column's episode.
+    length : ndarray of int64, shape = (n_envs,)
+        The running length of each column's episode (in a fragment: as of
+        its last row, once it is collected).
+    """
+
+    def __init__(self, n_envs):
+        self.rew = np.zeros(n_envs, np.float64)
+        self.ret = np.zeros(n_envs, np.float64)
+        self.length = np.zeros(n_envs, np.int64)
+        # the fragment's step counts (1 + T, B) and 0, 1, ..., T
+        self._stepno = self._ramp = None
+
+    # ------------------------------------------------- the fragment loop --
+    def begin(self, stepno):
+        """Count the steps of a fragment, ``stepno`` (``state.stepno``,
+        shape ``(1 + T, B)``), on from its row 0: episodes that go on,
+        for the whole fragment at once (:meth:`end` and :meth:`lose`
+        rewrite a column from where a new episode starts)."""
+        T1 = len(stepno)
+        if self._ramp is None or len(self._ramp) != T1:
+            self._ramp = np.arange(T1, dtype=np.int64)
+        self._stepno = stepno
+        np.add(stepno[0], self._ramp[:, None], out=stepno)
+
+    def add(self, rew_row, live=None):
+        """Record the rewards of the last step of the columns ``live``
+        (all by default) in ``rew_row`` (the fragment's float32 row) and
+        add them to the running returns."""
+        rew, ret = self.rew, self.ret
+        if live is None:
+            np.copyto(rew_row, rew)
+            np.add(ret, rew, out=ret)
+        else:  # sticky: the frozen columns were not stepped
+            rew_row[live] = rew[live]
+            ret[live] += rew[live]
+
+    def end(self, ended, t, ret_row, length_row):
+        """The episodes of the columns ``ended`` ended at row ``t + 1``:
+        their return and length into ``ret_row`` and ``length_row`` (the
+        statistics of that row), and their new episodes' step counts
+        down the rest of the fragment."""
+        stepno, ramp, ret = self._stepno, self._ramp, self.ret
+        T = len(ramp) - 1
+        if len(ended) == 1:  # the common case, without fancy indexing
+            j, = ended
+            # an episode's length is its step count plus this step
+            ret_row[j], length_row[j] = ret[j], stepno[t, j] + 1
+            ret[j] = 0.0
+            stepno[t + 1:, j] = ramp[:T - t]
+            return
+        ended = np.array(ended)  # indexing by an array is cheaper than a list
+        ret_row[ended] = ret[ended]
+        ret[ended] = 0.0
+        length_row[ended] = stepno[t, ended] + 1
+        stepno[t + 1:, ended] = ramp[:T - t, None]
+
+    def lose(self, lost, t):
+        """The calls of the columns ``lost`` at row ``t + 1`` were lost:
+        their new episodes start there (no reward was added: it is 0)."""
+        T = len(self._ramp) - 1
+        self._stepno[t + 1:, lost] = self._ramp[:T - t, None]
+
+    def finish(self):
+        """The fragment is collected: its last row's step counts are the
+        running lengths."""
+        self.length[:] = self._stepno[-1]
+
+    # -------------------------------------------------- the episode loop --
+    def count(self, counted):
+        """Add the last step, and its reward, to the episodes of the
+        columns ``counted`` (a bool mask)."""
+        self.ret[counted] += self.rew[counted]
+        self.length[counted] += 1
+
+    def close(self, j):
+        """Column ``j``'s episode is over: its ``(return, length)``; its
+        accounts start again from zero."""
+        result = self.ret[j], self.length[j]
+        self.ret[j], self.length[j] = 0.0, 0
+        return result

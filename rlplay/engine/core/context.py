@@ -1,0 +1,130 @@
+"""The state of an ongoing collection (:class:`Context`), carried from
+fragment to fragment, and the per-row views of a fragment buffer that the
+fragment loop (:mod:`.fragments`) indexes.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from .. import envs as _envs
+from ..envs import RowOut
+from ..nested import flatten, getitem, suply
+from .accounting import Accounts
+from .checks import _SpaceChecks
+from .layout import _row_fields
+
+__all__ = ["Context"]
+
+
+_Step = namedtuple("_Step", "actor_in act_out info_out row row_next out "
+                            "ret length")
+_Step.__doc__ = """What step ``t`` of a fragment reads and writes: the
+actor's input (torch row ``t``) and where its action and info go (torch),
+the numpy state rows ``t`` and ``t + 1``, the
+:class:`~rlplay.engine.envs.RowOut` the env batch writes (its rewards into
+the accounts' float64 scratch), and the episode statistics of row
+``t + 1``."""
+
+
+class _Views:
+    """Per-row views of one buffer, made once so the loop only indexes;
+    ``rew`` is where the env batch writes a step's rewards (float64, the
+    :class:`~.accounting.Accounts`' scratch)."""
+
+    def __init__(self, buffer, rew):
+        npy, pyt = buffer
+        T1, B = npy.state.fin.shape
+        self.buffer = buffer
+        rows = [getitem(pyt.state, slice(t, t + 1)) for t in range(T1)]
+        self.rows = rows
+        self.actor = [getitem(pyt.actor, slice(t, t + 1)) for t in range(T1)]
+        state = [getitem(npy.state, t) for t in range(T1)]
+        final = [getitem(npy.final, t) for t in range(T1)]
+        self.state, self.final = state, final
+        # the env batch writes the rewards as the envs gave them into
+        # `rew`; the accounts record them in the fragment's float32 row
+        self.steps = [
+            _Step(actor_in=rows[t], act_out=rows[t + 1].act,
+                  info_out=self.actor[t], row=state[t], row_next=state[t + 1],
+                  out=RowOut(t=t, obs=state[t + 1].obs, rew=rew,
+                             fin=state[t + 1].fin,
+                             truncated=npy.truncated[t + 1],
+                             final=final[t + 1], info=getitem(npy.env, t),
+                             info_mask=getitem(npy.env_mask, t)),
+                  ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1])
+            for t in range(T1 - 1)]
+        # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
+        # scratch with views of it shaped to broadcast against every obs
+        # leaf: `final` is the observation itself where no episode ended,
+        # copied once per fragment (np.copyto's `where`)
+        self.obs_final = [(obs_leaf[1:], final_leaf[1:])
+                          for obs_leaf, final_leaf in zip(
+                              flatten(npy.state.obs), flatten(npy.final))]
+        self.not_fin = np.empty((T1 - 1, B), bool)
+        self.not_fin_like = [
+            self.not_fin.reshape(*self.not_fin.shape, *[1] * (leaf.ndim - 2))
+            for leaf in flatten(npy.state.obs)]
+
+
+
+class Context:
+    """The state of an ongoing collection, carried from fragment to fragment.
+
+    Attributes
+    ----------
+    envs : EnvBatch
+    last : tuple
+        Row ``T`` of the last fragment (``state``, ``truncated``, ``final``,
+        ``stats``), numpy arrays of shape ``(B, ...)``.
+    hx : nested tensors
+        The actor's state for ``last``.
+    policy : LocalPolicy
+        What calls the actor (:mod:`.policy`), made by
+        :func:`~.fragments.startup`.
+    accounts : Accounts
+        The running returns and lengths of each env's current episode
+        (:class:`~.accounting.Accounts`).
+    seq : int
+        The ``meta.seq`` of the next fragment.
+    worker, generation : int
+        Recorded in ``meta.worker`` and ``meta.generation``.
+    env_ids : ndarray, shape = (B,)
+        Global env indices recorded in ``meta.env``.
+    spaces_checked : bool
+        A fragment was collected with space checks (so
+        ``check_spaces='first'`` checks no more).
+    """
+
+    def __init__(self, envs, buffer, worker=0, env_ids=None, generation=0,
+                 seq=0):
+        npy = buffer.npy
+        self.envs = envs
+        B = envs.n_envs
+        self.last = suply(lambda a: np.zeros_like(a), _row_fields(npy, 0))
+        self.hx = None
+        # the policy that calls the actor (see .policy), and its actor
+        self.policy = self.actor = None
+        self.accounts = Accounts(B)
+        self.seq, self.worker, self.generation = seq, worker, generation
+        self.env_ids = (np.arange(B) if env_ids is None
+                        else np.asarray(env_ids, np.int64))
+        self.spaces_checked = False
+        # `last` holds the reset observations (row 0 of the first fragment)
+        # and what recording them lost, for the first checked fragment
+        self._fresh, self._reset_problem = False, None
+        self._checks = None
+        self._views = {}
+        # Box actions are clipped into their bounds before the env steps
+        self.clip_actions = _envs.box_clipper(envs.action_space)
+
+    def views(self, buffer):
+        views = self._views.get(id(buffer))
+        if views is None or views.buffer is not buffer:
+            views = _Views(buffer, self.accounts.rew)
+            self._views[id(buffer)] = views
+        return views
+
+    def space_checks(self):
+        if self._checks is None:
+            self._checks = _SpaceChecks(self.envs)
+        return self._checks

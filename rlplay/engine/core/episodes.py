@@ -1,0 +1,242 @@
+"""The episode loop: :func:`evaluate` plays whole episodes with an actor
+in this process, :func:`episode` one. It steps the envs through the env
+adapter's :class:`~rlplay.engine.envs.EnvBatch`, calls the actor through a
+policy (:mod:`.policy`) and checks spaces as the fragment loop does.
+"""
+import numpy as np
+import torch
+
+from .. import envs as _envs
+from ..envs import RowOut, as_batch
+from ..nested import getitem, suply
+from ..seeds import seed_sequence
+from ..shared import aliased, copy_
+from .accounting import Accounts
+from .checks import (_SpaceChecks, _final_label, _raise_cast, _reset_label,
+                     _step_label)
+from .layout import (_check_counts, _state_example, check_count,
+                     check_spaces_mode)
+from .policy import as_policy
+
+__all__ = ["evaluate", "episode"]
+
+
+@torch.no_grad()
+def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
+             max_steps=None, check_spaces="first", on_frame=None):
+    """Play ``n_episodes`` whole episodes with ``actor``, in this process.
+
+    Each of the ``B`` envs plays ``ceil(n_episodes / B)`` episodes (so that
+    short episodes are not favoured); the first ``n_episodes`` results, in
+    env order, are returned. The actor is used as it is (call ``eval()``
+    first for greedy actions). Its actions, ``hx`` and ``info`` are checked
+    at every step as :func:`~.fragments.collect` checks them once per fragment.
+
+    Parameters
+    ----------
+    envs : EnvBatch or list of gymnasium.Env
+    actor : BaseActorModule
+    n_episodes : int
+    seed_sequences : list of SeedSequence, optional
+        Reset seeds for the first episode of each env.
+    max_steps : int, optional
+        Stop an episode after this many steps (counted as truncated); at
+        least 1, or ``None`` for no limit.
+    check_spaces : {'first', 'always', 'never'}
+        Check actions and observations against the env's spaces, as
+        :func:`~.fragments.collect` does: ``'first'``, until every env has
+        finished its first episode of this call (the reset observations
+        included); ``'always'``, at every step; ``'never'``.
+    on_frame : callable, optional
+        ``on_frame(frame)`` gets env 0's rendered frames of its first
+        episode: at its reset, then after each step up to the last one
+        (``1 + length`` frames, RGB arrays ``(H, W, 3)`` of an env made
+        with ``render_mode="rgb_array"``). ``None``: nothing is rendered.
+
+    Returns
+    -------
+    returns : ndarray of float64, shape = (n_episodes,)
+    lengths : ndarray of int64, shape = (n_episodes,)
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not an actor, bad counts, ``max_steps`` or ``check_spaces``; an
+        action, ``hx`` or ``info`` that does not fit; an action or
+        observation outside its space (naming the env ``j`` and the step
+        ``t``, counted from the start of the call); a reward that is not a
+        number.
+    """
+    policy = as_policy(actor)
+    envs = as_batch(envs)
+    _check_counts(1, envs.n_envs)
+    check_count("n_episodes", n_episodes)
+    if max_steps is not None:
+        check_count("max_steps", max_steps)
+    mode = check_spaces_mode(check_spaces)
+    play = _Play(envs, policy, -(-n_episodes // envs.n_envs), max_steps,
+                 mode, on_frame)
+    play.start(seed_sequences)
+    while play.active.any():
+        play.step()
+    flat = [pair for per_env in play.results for pair in per_env]
+    returns, lengths = np.array(flat[:n_episodes]).T
+    return returns.astype(np.float64), lengths.astype(np.int64)
+
+
+class _Play:
+    """An evaluation under way (see :func:`evaluate`): ``B`` env columns
+    that play episodes until each has played ``quota`` of them, one row
+    of state for all, and one episode accounting."""
+
+    def __init__(self, envs, policy, quota, max_steps, mode, on_frame):
+        n_envs = envs.n_envs
+        self.envs, self.policy, self.quota = envs, policy, quota
+        self.max_steps, self.mode, self.on_frame = max_steps, mode, on_frame
+        example = _state_example(envs)
+        state = aliased(example, 1, n_envs)
+        self.row, self.npy = state.pyt, getitem(state.npy, 0)
+        # the placeholder, as startup
+        suply(np.copyto, self.npy.act, example.act)
+        self.checks = None if mode == "never" else _SpaceChecks(envs)
+        self.clip = _envs.box_clipper(envs.action_space)  # as collect clips
+        self.accounts = Accounts(n_envs)
+        # a list of single envs is not reset by its step (an env whose
+        # quota is played stays as it is), so the last observations are in
+        # `obs`
+        self.autoreset = not envs.can_freeze
+        self.out = RowOut(
+            t=0, obs=self.npy.obs, rew=self.accounts.rew, fin=self.npy.fin,
+            truncated=None, final=aliased(example.obs, n_envs).npy
+            if self.autoreset else None, info={}, info_mask={})
+        self.last = self.out.final if self.autoreset else self.npy.obs
+        self.results = [[] for _ in range(n_envs)]
+        self.active = np.ones(n_envs, bool)
+        # cut at max_steps where the column cannot be reset alone: its
+        # steps count for nothing until its episode ends on its own
+        self.draining = np.zeros(n_envs, bool)
+        self.n_first = 0  # envs that finished their first episode
+        self.t, self.hx = 0, None
+
+    def start(self, seed_sequences):
+        """Reset every env column; the actor's first ``hx``."""
+        npy, checks = self.npy, self.checks
+        casts = self.envs.reset(npy.obs, seed_sequences,
+                                check_casts=checks is not None)
+        if casts:
+            _raise_cast(casts[0])
+        if checks is not None:
+            checks.observation(npy.obs, _reset_label)
+        npy.fin[:] = True
+        if self.on_frame is not None:
+            self.on_frame(_frame(self.envs, 0))
+        self.hx = self.policy.initial_hx(self.row)
+
+    def step(self):
+        """One step of the columns that play on: the actor's actions, the
+        envs' step, the episodes that ended or were cut, ``hx``."""
+        t, npy, checks = self.t, self.npy, self.checks
+        checking = checks is not None and (
+            self.mode == "always" or self.n_first < self.envs.n_envs)
+        # every call checked, before copy_ could broadcast a wrong shape
+        act, self.hx, _ = self.policy.checked_step(self.row, self.hx,
+                                                   self.row.act)
+        copy_(self.row.act, act)
+        if self.clip is not None:
+            self.clip(npy.act)
+        live = np.flatnonzero(self.active)
+        if checking:
+            checks.action(getitem(npy.act, live), t, live)
+        npy.fin[live] = False
+        ended, counted = self._step_envs(live, checking)
+        cut = self._settle(ended, counted, live, checking)
+        npy.fin[cut] = True
+        npy.stepno[live] += 1
+        npy.stepno[npy.fin] = 0
+        if checking:
+            live = np.flatnonzero(self.active)
+            checks.observation(getitem(npy.obs, live),
+                               _step_label(t, npy.fin), live)
+        if npy.fin.any():
+            self.hx = self.policy.reset(self.hx,
+                                        torch.from_numpy(npy.fin.copy()))
+        self.t += 1
+
+    def _step_envs(self, live, checking):
+        """Step the envs and count the step; returns the active columns
+        whose episode ended, and the mask of the columns counted."""
+        envs, npy, accounts, t = self.envs, self.npy, self.accounts, self.t
+        # single envs are stepped where they play on, and reset here where
+        # they play another episode; a batched source steps (and resets)
+        # all its columns, the ended ones are filtered by `active`
+        ended, lost, casts = envs.step(
+            npy.act, self.out._replace(t=t),
+            live.tolist() if envs.can_freeze else None,
+            autoreset=self.autoreset, check_casts=checking)
+        if casts:
+            _raise_cast(casts[0])
+        counted = self.active & ~self.draining
+        counted[list(lost)] = False  # lost calls are no steps
+        accounts.count(counted)
+        npy.rew[live] = accounts.rew[live]
+        if checking:
+            self.checks.reward(accounts.rew[live], t, live)
+        ended = [j for j in ended if self.active[j]]
+        if checking and ended:  # the last observations
+            self.checks.observation(getitem(self.last, ended),
+                                    _final_label(t), ended)
+        return ended, counted
+
+    def _settle(self, ended, counted, live, checking):
+        """Close the episodes that ended or reached ``max_steps``, and
+        start the next ones where a column plays on; returns the columns
+        cut at ``max_steps``."""
+        envs, npy, accounts = self.envs, self.npy, self.accounts
+        draining, active, results = self.draining, self.active, self.results
+        done = [j for j in ended if not draining[j]]
+        draining[ended] = False
+        cut = [] if self.max_steps is None else np.flatnonzero(
+            counted & (accounts.length >= self.max_steps)
+            & ~npy.fin).tolist()
+        if self.on_frame is not None and live[0] == 0:  # before any reset
+            self.on_frame(_frame(envs, 0))
+            if 0 in done or 0 in cut:
+                self.on_frame = None  # env 0's first episode is over
+        for j in done + cut:
+            results[j].append(accounts.close(j))
+            self.n_first += len(results[j]) == 1
+            active[j] = len(results[j]) < self.quota
+        again = [j for j in (cut if self.autoreset else ended + cut)
+                 if active[j]]
+        if again and envs.can_reset_columns:
+            casts = envs.reset(npy.obs, at=sorted(again), t=self.t,
+                               check_casts=checking)
+            if casts:
+                _raise_cast(casts[0])
+        elif again:
+            draining[again] = True
+        return cut
+
+
+def _frame(envs, j):
+    frame = envs.render(j)
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 \
+            or frame.shape[-1] != 3:
+        raise TypeError(
+            f"recording needs envs that render RGB frames (made with "
+            f"render_mode='rgb_array'): env {j} rendered "
+            + (f"an array of shape {frame.shape}"
+               if isinstance(frame, np.ndarray) else repr(type(frame))))
+    return frame
+
+
+def episode(env, actor, *, seed=None, max_steps=None, check_spaces="first"):
+    """Play one episode; return its ``(return, length)``.
+
+    The keywords are as in :func:`evaluate`.
+    """
+    seeds = None if seed is None else [seed_sequence(seed)]
+    returns, lengths = evaluate([env], actor, 1, seed_sequences=seeds,
+                                max_steps=max_steps,
+                                check_spaces=check_spaces)
+    return float(returns[0]), int(lengths[0])

@@ -1,0 +1,242 @@
+"""The policy seam: the one interface through which the core loops call
+the actor.
+
+The fragment loop (:mod:`.fragments`) and the episode loop
+(:mod:`.episodes`) never call ``actor.step`` or ``actor.reset``
+themselves: they call a policy, which offers
+
+- ``probe(row, observation_space)``: the first call, virtual, on one row
+  of placeholders, that sizes the buffers (:func:`~.fragments.prepare`);
+  a failure gets a note saying what rlplay was doing;
+- ``initial_hx(row)``: the actor's state for every env column at a reset
+  (a virtual call with ``hx=None``, then ``reset``), checked to keep its
+  layout;
+- ``step(row, hx)``: a real step, the hot path, unchecked; and
+  ``checked_step(row, hx, act_like)``, the same call with the checks of
+  its action, ``hx`` and ``info`` against the buffer's layout (once per
+  fragment, every step of an evaluation);
+- ``lookahead(row, hx)``: the virtual call whose ``info`` fills the last
+  row of a fragment;
+- ``reset(hx, fin)``: ``hx`` with the columns ``fin`` (a bool tensor)
+  reset.
+
+:class:`LocalPolicy` is today's implementation: the actor called in this
+process, on host tensors. Running the actor on a device, or shared by
+several workers in another process, is another implementation of these
+five methods, not a branch of the loops.
+"""
+import torch
+
+from ..actor import check_actor
+from ..nested import StructureError, check_structure, flatten, suply
+from ..shared import copy_
+
+__all__ = ["LocalPolicy", "as_policy"]
+
+
+class LocalPolicy:
+    """The actor, called in this process (see the module docstring).
+
+    Parameters
+    ----------
+    actor : BaseActorModule
+
+    Raises
+    ------
+    TypeError
+        Not an actor (:func:`~rlplay.engine.actor.check_actor`).
+    """
+
+    def __init__(self, actor):
+        check_actor(actor)
+        self.actor = actor
+
+    def probe(self, row, observation_space):
+        """The first, virtual, call on one ``row`` (torch, ``(1, B,
+        ...)``) of placeholders; returns ``(act, hx, info)``, the action
+        and ``info`` checked against the row's layout."""
+        try:
+            with torch.no_grad():
+                act, hx, info = self.actor.step(*row, hx=None, virtual=True)
+        except Exception as exc:
+            _add_note(exc, _probe_note(self.actor, row.obs,
+                                       observation_space))
+            raise
+        _check_action(act, row.act)
+        _check_info(info, row.fin.shape[1])
+        return act, hx, info
+
+    @torch.no_grad()
+    def initial_hx(self, row):
+        """``actor.reset`` of the hx a virtual step returns, for all
+        envs."""
+        _, hx, _ = self.actor.step(*row, hx=None, virtual=True)
+        n_envs = row.fin.shape[1]
+        hx0 = self.actor.reset(hx, torch.ones(n_envs, dtype=torch.bool))
+        _check_hx(hx, hx0, "step()", "the hx that reset() makes of it")
+        return hx0
+
+    def step(self, row, hx):
+        """A real step from ``row``: ``(act, hx_next, info)``."""
+        return self.actor.step(*row, hx=hx, virtual=False)
+
+    def checked_step(self, row, hx, act_like):
+        """:meth:`step`, its action checked against ``act_like`` (the
+        buffer's action row), its ``hx`` against ``hx`` and its ``info``
+        against the row's env columns."""
+        act, hx_next, info = self.actor.step(*row, hx=hx, virtual=False)
+        # the probe checked a virtual call; check a real one too, before
+        # copy_ could broadcast a wrong shape
+        _check_action(act, act_like)
+        _check_hx(hx_next, hx, "step()", "the hx it was given")
+        _check_info(info, row.fin.shape[1])
+        return act, hx_next, info
+
+    def lookahead(self, row, hx):
+        """The ``info`` of a virtual step from ``row`` (the last row of a
+        fragment)."""
+        return self.actor.step(*row, hx=hx, virtual=True)[2]
+
+    def reset(self, hx, fin):
+        """``hx`` with the env columns ``fin`` (bool tensor, ``(B,)``)
+        reset."""
+        return self.actor.reset(hx, fin)
+
+
+def as_policy(actor):
+    """``actor`` as a policy: itself if it is one (a :class:`LocalPolicy`),
+    else a :class:`LocalPolicy` of it."""
+    return actor if isinstance(actor, LocalPolicy) else LocalPolicy(actor)
+
+
+def _same_kind(a, b):
+    def kind(dtype):
+        if dtype == torch.bool:
+            return "b"
+        return "f" if dtype.is_floating_point else (
+            "c" if dtype.is_complex else "i")
+    return kind(a) == kind(b) or {kind(a), kind(b)} == {"b", "i"}
+
+
+def _check_action(act, expected):
+    """The actor's action against the action space's layout.
+
+    Structure mismatches name the space first, the action second (so that
+    "missing keys" are keys the action lacks).
+    """
+    def check(want, got):
+        if not isinstance(got, torch.Tensor):
+            raise TypeError(f"the actor must return actions as tensors, got "
+                            f"{type(got).__name__}")
+        if got.shape != want.shape:
+            raise ValueError(f"the actor returned an action of shape "
+                             f"{tuple(got.shape)}, expected "
+                             f"{tuple(want.shape)} (1, n_envs, *space.shape)")
+        if not _same_kind(got.dtype, want.dtype):
+            raise TypeError(f"the actor returned an action of dtype "
+                            f"{got.dtype} for an action space of dtype "
+                            f"{want.dtype}")
+
+    try:
+        check_structure(expected, act)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"the actor's action (second) does not match the "
+                        f"action space (first): {exc}") from None
+    suply(check, expected, act)
+
+
+def _check_info(info, n_envs):
+    for leaf in flatten(info):
+        if not isinstance(leaf, torch.Tensor) or leaf.dim() < 2 \
+                or leaf.shape[:2] != (1, n_envs):
+            shape = tuple(leaf.shape) if isinstance(
+                leaf, torch.Tensor) else type(leaf).__name__
+            raise ValueError(f"the actor's info must hold tensors of shape "
+                             f"(1, n_envs={n_envs}, ...), got {shape}")
+
+
+def _describe_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return f"{tuple(x.shape)} {x.dtype}"
+    return f"a {type(x).__name__}"
+
+
+def _check_hx(hx, expected, what, against):
+    """``hx`` (returned by ``what``) against the ``expected`` layout.
+
+    Structure mismatches name ``expected`` first, ``hx`` second.
+    """
+    def check(want, got):
+        if not isinstance(got, torch.Tensor) or not isinstance(
+                want, torch.Tensor) or got.shape != want.shape \
+                or got.dtype != want.dtype:
+            raise ValueError(f"the actor's hx from {what} holds "
+                             f"{_describe_tensor(got)}, but {against} holds "
+                             f"{_describe_tensor(want)}")
+
+    try:
+        suply(check, expected, hx)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"the actor's hx from {what} (second) does not "
+                        f"match {against} (first): {exc}") from None
+
+
+
+def _probe_note(actor, obs, space):
+    """What a failure of the probe call was doing (see
+    :func:`~.fragments.prepare`)."""
+    shapes = suply(lambda x: f"{tuple(x.shape)} {x.dtype}", obs)
+    return (f"(raised while rlplay probed the actor {type(actor).__name__} "
+            f"on one row of observations laid out as the env's first "
+            f"observation, {shapes} for the observation space {space!r}, to "
+            f"size the buffers: does the policy take inputs of that size "
+            f"and dtype?)")
+
+
+def _add_note(exc, note):
+    # the exception is raised as it is, with a note where Python has them
+    # (PEP 678, 3.11) and else with the note in its message when it has
+    # one plain string argument
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    elif len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} {note}",)
+
+
+def _copier(dst):
+    """``copy(dst_row, src)``: ``copy_`` specialised to ``dst``'s layout.
+
+    A single tensor or a flat dict of tensors (the usual action and info)
+    is copied without walking the structure each step; the walk, with its
+    structure checks, stays for anything else. Once per fragment the loop
+    still checks the real structures (``_check_action``).
+    """
+    if isinstance(dst, torch.Tensor):
+        return torch.Tensor.copy_
+    if type(dst) is dict and not dst:
+        return _copy_nothing
+    if type(dst) is dict and all(isinstance(v, torch.Tensor)
+                                 for v in dst.values()):
+        return _copy_flat_dict
+    return copy_
+
+
+def _copy_nothing(dst, src):
+    if src:  # the actor's info grew a key
+        _check_structure_of("info", src, dst)
+
+
+def _check_structure_of(what, got, expected):
+    try:
+        check_structure(got, expected)
+    except (StructureError, TypeError) as exc:
+        raise type(exc)(f"the actor's {what} changed its structure since "
+                        f"the first call (now vs then): {exc}") from None
+
+
+def _copy_flat_dict(dst, src):
+    if src.keys() != dst.keys():
+        _check_structure_of("info", src, dst)
+    for key, leaf in dst.items():
+        leaf.copy_(src[key])
+

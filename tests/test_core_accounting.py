@@ -1,0 +1,89 @@
+"""The episode accounting and the policy seam of core, without envs."""
+import numpy as np
+import pytest
+import torch
+
+from rlplay.engine import BaseActorModule
+from rlplay.engine.core import LocalPolicy
+from rlplay.engine.core.accounting import Accounts
+
+
+def test_fragment_accounts_count_steps_and_close_episodes():
+    acc = Accounts(3)
+    stepno = np.zeros((5, 3), np.int64)  # T = 4
+    stepno[0] = [2, 0, 7]
+    acc.begin(stepno)
+    assert stepno[:, 0].tolist() == [2, 3, 4, 5, 6]
+    ret, length = np.zeros(3), np.zeros(3, np.int64)
+    rew_row = np.zeros(3, np.float32)
+    acc.rew[:] = [0.1, 1.0, 2.0]
+    acc.add(rew_row)
+    assert rew_row.tolist() == pytest.approx([0.1, 1.0, 2.0])
+    acc.add(rew_row)
+    # column 0 ends at row 2; column 1's call at row 2 was lost
+    acc.end([0], 1, ret, length)
+    acc.lose([1], 1)
+    assert ret[0] == 0.1 + 0.1 and length[0] == 2 + 1 + 1
+    assert acc.ret.tolist() == [0.0, 2.0, 4.0]
+    assert stepno[:, 0].tolist() == [2, 3, 0, 1, 2]
+    assert stepno[:, 1].tolist() == [0, 1, 0, 1, 2]
+    acc.end([1, 2], 3, ret, length)  # several at once
+    assert ret[1:].tolist() == [2.0, 4.0] and length[1:].tolist() == [2, 11]
+    acc.finish()
+    assert acc.length.tolist() == [2, 0, 0]
+
+
+def test_sticky_accounts_leave_frozen_columns_alone():
+    acc = Accounts(2)
+    acc.begin(np.zeros((3, 2), np.int64))
+    rew_row = np.zeros(2, np.float32)
+    acc.rew[:] = [5.0, 7.0]
+    acc.add(rew_row, live=[1])
+    assert rew_row.tolist() == [0.0, 7.0] and acc.ret.tolist() == [0.0, 7.0]
+
+
+def test_episode_accounts_count_where_asked():
+    acc = Accounts(2)
+    acc.rew[:] = [1.5, 2.5]
+    acc.count(np.array([True, False]))
+    acc.count(np.array([True, True]))
+    assert acc.close(0) == (3.0, 2) and acc.close(1) == (2.5, 1)
+    assert acc.ret.tolist() == [0.0, 0.0] and acc.length.tolist() == [0, 0]
+
+
+class Recording(BaseActorModule):
+    """A feed-forward actor that logs its calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        self.calls.append("virtual" if virtual else "real")
+        return torch.zeros_like(act), (), {"v": torch.zeros(obs.shape[:2])}
+
+
+def row(n_envs):
+    return (torch.zeros(1, n_envs, dtype=torch.int64),
+            torch.zeros(1, n_envs, 4), torch.zeros(1, n_envs,
+                                                   dtype=torch.int64),
+            torch.zeros(1, n_envs), torch.ones(1, n_envs, dtype=torch.bool))
+
+
+def test_the_local_policy_calls_the_actor_as_the_loops_did():
+    from rlplay.engine.core.layout import State
+    actor = Recording()
+    policy = LocalPolicy(actor)
+    state = State(*row(3))
+    act, hx, info = policy.probe(state, None)
+    assert act.shape == (1, 3) and hx == () and set(info) == {"v"}
+    assert policy.initial_hx(state) == ()
+    policy.step(state, ())
+    policy.checked_step(state, (), state.act)
+    assert set(policy.lookahead(state, ())) == {"v"}
+    assert actor.calls == ["virtual", "virtual", "real", "real", "virtual"]
+    with pytest.raises(ValueError, match="the actor returned an action of "
+                                         "shape"):
+        policy.checked_step(state, (), torch.zeros(1, 3, 2))
+    with pytest.raises(TypeError):
+        LocalPolicy(object())
