@@ -697,3 +697,36 @@ class RenderEnv(CountingEnv):
 def render_factory(log=None, term_every=4):
     """A factory without ``render_mode``: its envs render nothing."""
     return RenderEnv(term_every=term_every, log=log)
+
+
+# ------------------------------------ envs whose processes hang (vector) --
+
+class HangingEnv(CountingEnv):
+    """A CountingEnv that notes its process (a file ``env-<pid>`` in
+    ``marker_dir``) and, at its ``hang_at``-th step, notes that it hangs
+    (``hung-<pid>``) and sleeps for good, unless ``marker_dir`` holds a
+    file ``stop-hanging`` by then."""
+
+    def __init__(self, marker_dir, hang_at=None):
+        super().__init__()
+        self.marker_dir, self.hang_at, self.steps = marker_dir, hang_at, 0
+        open(os.path.join(marker_dir, f"env-{os.getpid()}"), "w").close()
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.hang_at and not os.path.exists(
+                os.path.join(self.marker_dir, "stop-hanging")):
+            open(os.path.join(self.marker_dir, f"hung-{os.getpid()}"),
+                 "w").close()
+            while True:
+                time.sleep(1000.0)
+        return super().step(action)
+
+
+def hanging_vector(marker_dir, k=2, hang_at=None):
+    """A ``gymnasium.vector.AsyncVectorEnv`` of ``k`` :class:`HangingEnv`
+    (its subprocesses of multiprocessing's default context: forked, on
+    Linux), each one a process of its own."""
+    from gymnasium.vector import AsyncVectorEnv
+    return AsyncVectorEnv([functools.partial(HangingEnv, marker_dir,
+                                             hang_at)] * k)

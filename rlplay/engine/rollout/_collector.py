@@ -30,7 +30,9 @@ transient, one raised by the actor or by rlplay's own checks of what the
 actor and the envs return is a bug that a restart would repeat.
 
 Orphans: a worker exits within about a second of the learner's death,
-whatever it is doing (:func:`rlplay.engine.utils.mp.guard_parent`).
+whatever it is doing (:func:`rlplay.engine.utils.mp.guard_parent`). It
+runs in a process group of its own, and whatever its envs start ends with
+it, however it ends (:func:`rlplay.engine.utils.mp.guard_group`).
 """
 import multiprocessing
 import multiprocessing.connection
@@ -47,7 +49,8 @@ from ..pool import views
 from ..seeds import (collector_seed_sequence, env_seed_sequences,
                      next_reset_seeds, seed_worker)
 from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
-                        guard_parent, ignore_interrupts, set_cpu_affinity)
+                        guard_group, guard_parent, ignore_interrupts,
+                        set_cpu_affinity)
 from ..video import video_path, write_video
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
@@ -342,6 +345,7 @@ class LearnerLink:
 
 def main(conn, config, pdeathsig=True):
     """A worker process's entry point (the protocol in the docstring)."""
+    guard_group()  # first: it forks, before any thread starts
     guard_parent(pdeathsig)
     ignore_interrupts()
     link = LearnerLink(conn)

@@ -12,10 +12,14 @@ the number of fragments it had in flight, which the protocol reclaims).
 
 - **start** worker ``w`` (generation ``g``) with a fresh duplex pipe, as an
   ordinary, non-daemonic process (an env may start processes of its own);
-- **pump**: one bounded wait on every pipe and every process sentinel;
-  messages go to the protocol, a :class:`~._collector.Failed` report or a
-  silent death (SIGKILL, ``os._exit``, segfault: seen on the sentinel
-  within one poll) is a failure;
+- **pump**: one bounded wait on every pipe and every process sentinel,
+  of at most :data:`POLL_INTERVAL` at a time; messages go to the
+  protocol, a :class:`~._collector.Failed` report or a silent death
+  (SIGKILL, ``os._exit``, segfault) is a failure. A death is seen on the
+  sentinel, or by ``waitpid`` after each wait
+  (:func:`~rlplay.engine.utils.mp.ended`): under ``fork`` and ``spawn``
+  the processes that the worker's envs fork inherit its end of the
+  sentinel (and of its pipe), which stay silent while they live;
 - **replace** a failed worker (opt-in, ``restarts``, a budget for the
   run): retire it (terminate it, release the parameter lock it may have
   died holding, close its pipe), let the protocol reclaim the fragments it
@@ -29,9 +33,12 @@ the number of fragments it had in flight, which the protocol reclaims).
 - **shut down**, idempotent and ordered: send ``STOP`` to every worker;
   join them within ``shutdown_timeout`` while reading their last messages
   (each finishes what it is doing, closes its envs and says ``Bye``);
-  ``SIGTERM``, then ``SIGKILL``, the ones left; close the pipes. After a
-  failure the learner does not wait for the workers' cooperation:
-  ``graceful=False`` goes straight to ``SIGTERM``.
+  ``SIGTERM``, then ``SIGKILL``, the ones left; then ``SIGKILL`` what is
+  left of each worker's process group (the processes its envs started:
+  see :func:`~rlplay.engine.utils.mp.guard_group`); close the pipes.
+  After a failure the learner does not wait for the workers' cooperation:
+  ``graceful=False`` goes straight to ``SIGTERM``. A worker retired for a
+  restart takes its group with it alike.
 
 The supervisor registers its shutdown with :mod:`multiprocessing`'s exit
 handler at a priority that runs before that handler joins the remaining
@@ -46,8 +53,8 @@ import threading
 import time
 
 from ..errors import WorkerDied
-from ..utils.mp import (POLL_INTERVAL, first_timeout, join_or_kill,
-                        preload_forkserver)
+from ..utils.mp import (POLL_INTERVAL, ended, first_timeout, join_or_kill,
+                        preload_forkserver, wait_ended)
 from ._base import RESTART_DELAY, SHUTDOWN_TIMEOUT
 from ._collector import STOP, Bye, Failed, Ready, main
 from ._restarts import Member, RestartPolicy, reported
@@ -179,6 +186,9 @@ class Supervisor(RestartPolicy):
         if due:
             until = max(0.0, min(due) - time.monotonic())
             timeout = until if timeout is None else min(timeout, until)
+        if waits:  # at most one poll: a silent sentinel is no proof of life
+            timeout = POLL_INTERVAL if timeout is None \
+                else min(timeout, POLL_INTERVAL)
         ready = multiprocessing.connection.wait(waits, timeout) if waits \
             else time.sleep(timeout or 0) or []
         for wk in live:
@@ -186,7 +196,8 @@ class Supervisor(RestartPolicy):
                 continue  # retired while draining another worker
             if wk.conn in ready:
                 news += self._drain(wk, what)
-            if wk.process is not None and wk.process.sentinel in ready:
+            if wk.process is not None and (wk.process.sentinel in ready
+                                           or ended(wk.process)):
                 drained = self._drain(wk, what)
                 if wk.process is not None and wk.deferred is None:
                     if drained:  # deliver those first, fail on the next pump
@@ -241,7 +252,8 @@ class Supervisor(RestartPolicy):
         if failed is not None:
             self._fail(wk, *reported(failed, wk.index))
         else:
-            wk.process.join(POLL_INTERVAL)  # its exit code, if on its way
+            wait_ended([wk.process], POLL_INTERVAL)  # its exit code, if on
+            # its way
             exc = WorkerDied.of(wk.process, wk.index, what)
             if not wk.heard and wk.process.exitcode == 1:
                 exc.args = (exc.args[0] + _start_up_hint(self.ctx),)
@@ -251,8 +263,7 @@ class Supervisor(RestartPolicy):
 
     def _retire(self, wk):
         process, pid = wk.process, wk.pid
-        process.join(RETIRE_TIMEOUT)
-        join_or_kill([process], 0.0)
+        join_or_kill([process], RETIRE_TIMEOUT, groups=True)
         if self.params is not None:
             self.params.recover(pid)
         wk.conn.close()
@@ -300,13 +311,14 @@ class Supervisor(RestartPolicy):
                 waits = [wk.process.sentinel for wk in running] + [
                     wk.conn for wk in running if not wk.eof]
                 ready = multiprocessing.connection.wait(
-                    waits, max(0.0, deadline - time.monotonic()))
+                    waits, min(POLL_INTERVAL,
+                               max(0.0, deadline - time.monotonic())))
                 for wk in list(running):
                     if wk.conn in ready:
                         _discard(wk)
-                    if wk.process.sentinel in ready:
+                    if wk.process.sentinel in ready or ended(wk.process):
                         running.remove(wk)
-        join_or_kill([wk.process for wk in live], 0.0)
+        join_or_kill([wk.process for wk in live], 0.0, groups=True)
         for wk in live:
             _discard(wk)
             wk.conn.close()

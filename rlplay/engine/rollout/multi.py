@@ -78,8 +78,10 @@ news from any worker, every wait inside it included (the parameter lock,
 which a worker killed while loading would never release, and the gather);
 ``start_timeout`` more while a worker starts (the first batch, a
 replacement); ``timeout=None`` alone removes the bound. Every wait watches
-every worker's sentinel, so a worker that dies without a word is reported
-at once as :class:`~rlplay.engine.errors.WorkerDied` with its exit code or
+every worker's sentinel and exit status (``waitpid``: a sentinel stays
+silent while processes that the worker's env forked live), so a worker
+that dies without a word is reported at once (within a tenth of a
+second), whatever its env started, as :class:`~rlplay.engine.errors.WorkerDied` with its exit code or
 signal. A worker catches every exception (factory, ``reset``, ``step``,
 the actor) and reports it, raised as
 :class:`~rlplay.engine.errors.WorkerError`; the factory's errors in the

@@ -53,8 +53,9 @@ Publishing earlier would let a slow worker load ``v_k`` for #k (no lag).
 
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
-starts; ``timeout=None`` alone removes the bound), watching its sentinel,
-so a worker that dies is reported within a tenth of a second. The worker
+starts; ``timeout=None`` alone removes the bound), watching its sentinel
+and its exit status, so a worker that dies is reported within a tenth of
+a second, whatever its env started. The worker
 waits for the learner as long as the learner lives (training takes what it
 takes) and dies with it, whatever it is doing.
 

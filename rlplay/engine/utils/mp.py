@@ -13,8 +13,16 @@
 - :func:`bounded_acquire`: a lock wait that watches the other side.
 - :func:`guard_parent`: a worker dies with its learner, whatever it is
   doing (Linux: the parent-death signal; everywhere: a watchdog thread).
+- :func:`guard_group`: the processes that a worker's envs start (in the
+  worker's own process group) end with the worker, however it ends;
+  :func:`end_group` ends what is left of a worker's group.
 - :func:`check_timeouts`, :func:`first_timeout`, :func:`join_or_kill`:
   timeouts checked up front, the bound of a first wait, a bounded join.
+  A process's end is seen by ``waitpid`` (:attr:`~multiprocessing.Process.
+  exitcode`) as well as by its sentinel: under ``fork`` and ``spawn`` the
+  sentinel is a pipe whose writing end every process that the worker
+  forks inherits (an ``AsyncVectorEnv``'s), so it stays silent while they
+  live.
 - :func:`check_cpu_affinity`, :func:`set_cpu_affinity`: where a worker
   runs (``cpu_affinity=``), checked up front, applied in the worker.
 """
@@ -22,6 +30,7 @@ import contextlib
 import ctypes
 import math
 import multiprocessing
+import multiprocessing.connection
 import numbers
 import os
 import pickle
@@ -46,10 +55,14 @@ __all__ = [
     "preload_forkserver",
     "bounded_acquire",
     "guard_parent",
+    "guard_group",
+    "end_group",
     "ignore_interrupts",
     "check_timeouts",
     "first_timeout",
     "join_or_kill",
+    "ended",
+    "wait_ended",
     "check_cpu_affinity",
     "set_cpu_affinity",
 ]
@@ -215,6 +228,79 @@ def guard_parent(pdeathsig=True, interval=WATCHDOG_INTERVAL):
                      daemon=True).start()
 
 
+def guard_group(interval=WATCHDOG_INTERVAL):
+    """Make this worker the leader of a process group of its own, and have
+    that group end with it.
+
+    Whatever the worker's envs start (the subprocesses of an
+    ``AsyncVectorEnv``, a simulator's server) is in the worker's group,
+    unless it leaves it (``setsid``): the learner ends what is left of the
+    group once the worker is gone (:func:`end_group`), and a *group
+    guard*, a small process forked here (before any thread starts), ends
+    it when the worker ends without the learner (the learner's death: the
+    worker is killed by its parent-death signal, which runs no code).
+    The guard closes every file the worker had open (the worker's
+    liveness channels must not outlive it) and waits for the worker's end
+    on the parent-death signal (Linux) or by polling every ``interval``
+    seconds; then it kills the group, itself last. Returns the guard's
+    pid, or ``None`` where the platform has no process groups or the
+    group could not be made.
+
+    Being a group of its own also keeps the terminal's Ctrl-C (``SIGINT``
+    to the foreground group) off the envs' processes: the worker closes
+    them in order when the learner closes it.
+    """
+    if not hasattr(os, "killpg"):
+        return None
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        return None
+    leader = os.getpid()
+    guard = os.fork()
+    if guard:
+        return guard
+    # the guard: plain system calls only, and never back into the worker's
+    # code (os._exit on every path)
+    try:
+        os.closerange(3, _max_fd())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        wake = getattr(signal, "SIGUSR1", None)
+        if wake is not None and sys.platform.startswith("linux") \
+                and hasattr(signal, "sigtimedwait"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {wake})
+            with contextlib.suppress(OSError, AttributeError):
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(1, wake)  # PR_SET_PDEATHSIG = 1
+        else:
+            wake = None
+        while os.getppid() == leader:
+            if wake is not None:
+                signal.sigtimedwait({wake}, interval)
+            else:
+                time.sleep(interval)
+        os.killpg(leader, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _max_fd():
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (AttributeError, ValueError, OSError):
+        return 1024
+
+
+def end_group(pgid):
+    """Kill what is left of process group ``pgid`` (a worker's, whose pid
+    it is: see :func:`guard_group`), once the worker is gone; quiet if
+    nothing is left."""
+    if pgid is None or not hasattr(os, "killpg"):
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def ignore_interrupts():
     """Let the learner handle Ctrl-C: a terminal sends ``SIGINT`` to the
     whole process group, and the worker should stop in order when the
@@ -261,19 +347,40 @@ def first_timeout(timeout, start_timeout):
     return timeout + (start_timeout or 0.0)
 
 
-def join_or_kill(processes, timeout):
-    """Join ``processes`` within ``timeout`` s in all, then terminate, then
-    kill what is left. Idempotent."""
+def ended(process):
+    """Whether a started ``process`` has ended (``waitpid``, or the
+    forkserver's report): true as soon as it is gone, even where its
+    sentinel stays silent (see the module docstring)."""
+    return process.exitcode is not None
+
+
+def wait_ended(processes, timeout):
+    """Wait up to ``timeout`` s until every one of ``processes`` has
+    ended; returns those still running."""
     deadline = time.monotonic() + timeout
-    for proc in processes:
-        proc.join(max(0.0, deadline - time.monotonic()))
-    for proc in processes:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(1.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(1.0)
+    while True:
+        running = [proc for proc in processes if not ended(proc)]
+        remaining = deadline - time.monotonic()
+        if not running or remaining <= 0:
+            return running
+        multiprocessing.connection.wait([proc.sentinel for proc in running],
+                                        min(POLL_INTERVAL, remaining))
+
+
+def join_or_kill(processes, timeout, groups=False):
+    """Join ``processes`` within ``timeout`` s in all, then terminate, then
+    kill what is left; with ``groups``, then kill what is left of each
+    one's process group (:func:`end_group`). Idempotent."""
+    running = wait_ended(processes, timeout)
+    for proc in running:
+        proc.terminate()
+    running = wait_ended(running, 1.0)
+    for proc in running:
+        proc.kill()
+    wait_ended(running, 1.0)
+    if groups:
+        for proc in processes:
+            end_group(proc.pid)
 
 
 def check_cpu_affinity(cpu_affinity, n_workers):
