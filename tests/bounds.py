@@ -19,6 +19,11 @@ STEADY = 10.0
 # before its first fragment, seconds each on a busy 2-core machine
 START = 120.0
 
+# how long the processes that an env starts (an AsyncVectorEnv's) may take
+# to start and hang, in tests/test_env_processes.py (a handshake through
+# files, polled)
+HUNG = 60.0
+
 # the Ray actors of the tests: ``timeout=`` of the tests that check what is
 # delivered (a Ray worker on a loaded machine can go without CPU for longer
 # than FAULT), and each wait of tests/cluster_nodes.py

@@ -21,11 +21,9 @@ from envs import hanging_vector
 from generators import METHODS, CountingActor, gone, make, raises_within
 from rlplay.engine.errors import RolloutTimeout, WorkerDied
 
-# how long the env's processes may take to start and hang (a handshake
-# through files, polled; a backstop, never reached when all goes well)
-HUNG_BOUND = 60.0
+from bounds import HUNG as HUNG_BOUND  # noqa: E402 (bounds.py says why)
 # how soon a death is reported, and how soon after a teardown every
-# process of the run is gone (the bounds)
+# process of the run is gone: what these tests check (not backstops)
 REPORTED_BOUND = 1.0
 GONE_BOUND = 1.0
 T, K, HANG_AT = 4, 2, 6  # the env's processes hang in the second fragment
