@@ -164,22 +164,10 @@ class RlplayBench:
         self.buffer.update(tr.index, rng.random(BATCH))
 
     def memory(self):
-        store = self.buffer._store
-        total = sum(x.nbytes for x in _leaves(store))
-        if isinstance(self.buffer, PrioritizedReplay):
-            total += self.buffer._tree.nbytes
-        return total / len(self.buffer)
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _leaves(value)
-    elif isinstance(tree, (list, tuple)):
-        for value in tree:
-            yield from _leaves(value)
-    elif isinstance(tree, np.ndarray):
-        yield tree
+        # every node's arrays (and a sampler's per node), over the
+        # transitions held
+        buffer = self.buffer
+        return buffer.nbytes_per_node * buffer.capacity / len(buffer)
 
 
 class TorchRLBench:

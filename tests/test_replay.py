@@ -70,7 +70,7 @@ def check_against_reference(replay, seeds, runs, n, *, versions=None):
     version, optional."""
     index = replay.indices()
     tr = replay.transitions(index, n_step=n, gamma=GAMMA)
-    lanes = replay._store["lane"][index % replay.capacity]
+    lanes = replay._nodes.store["lane"][index % replay.capacity]
     keys = replay.lanes.keys()
     seen = {}
     for i in range(len(index)):
@@ -313,7 +313,7 @@ def test_sampling_is_reproducible_from_the_seed_and_uniform():
 
 def test_the_ring_overwrites_the_oldest_and_never_links_to_them():
     replay = _filled(capacity=100, n_batches=20)
-    lo = replay._total - replay.capacity
+    lo = replay._nodes.total - replay.capacity
     index = replay.indices()
     assert (index >= lo).all() and len(index) == len(replay)
     assert len(replay) <= 100
@@ -393,11 +393,11 @@ def test_stale_priority_updates_are_ignored():
                       entropy=9) as feed:
         for _, batch in zip(range(10), feed):
             replay.extend(batch)
-    assert (old < replay._total - replay.capacity).all()
-    before = replay._tree.state()["leaves"].copy()
+    assert (old < replay._nodes.total - replay.capacity).all()
+    before = replay._sampler.tree.state()["leaves"].copy()
     replay.update(old, np.full(10, 1000.0))
-    assert np.array_equal(replay._tree.state()["leaves"], before)
-    assert replay._max_priority == 1.0
+    assert np.array_equal(replay._sampler.tree.state()["leaves"], before)
+    assert replay._sampler.max_priority == 1.0
 
 
 def test_new_transitions_get_the_largest_priority():
@@ -409,7 +409,8 @@ def test_new_transitions_get_the_largest_priority():
         batch = next(feed)
     replay.extend(batch)
     new = np.setdiff1d(replay.indices(), index)
-    assert len(new) and np.all(replay._tree.get(new % replay.capacity) == 7)
+    tree = replay._sampler.tree
+    assert len(new) and np.all(tree.get(new % replay.capacity) == 7)
 
 
 # --------------------------------------------------------------- state --
@@ -442,6 +443,42 @@ def test_state_dict_round_trips(cls):
 
 
 # ------------------------------------------------------------ layouts --
+
+def _stored(replay):
+    state = replay.state_dict()
+    return [x.tolist() for x in flatten(state["store"])], state["cur"]
+
+
+@pytest.mark.parametrize("where", ["strided", "cuda"])
+def test_a_batch_is_stored_alike_from_any_memory(where):
+    # the rows of a batch go straight into the ring where its fields
+    # flatten to rows without a copy, row by row where they do not (a
+    # strided view), and a batch on a device comes over once (final only
+    # at the episode ends): all store the same, across the ring's wrap
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    with same.rollout(varying_factory, CountingActor(), 8, 4, entropy=2,
+                      copy=True) as feed:
+        batches = [b for _, b in zip(range(20), feed)]
+
+    def moved(x):
+        if where == "cuda":
+            return x.to("cuda")
+        return np.asfortranarray(x.numpy())  # (1 + T, B) rows: no view
+
+    plain, other = Replay(100, seed=0), Replay(100, seed=0)
+    for b in batches:
+        plain.extend(b)
+        other.extend(b._replace(
+            state=b.state._replace(obs=moved(b.state.obs),
+                                   act=moved(b.state.act)),
+            final=moved(b.final), actor={k: moved(v)
+                                         for k, v in b.actor.items()}))
+    assert plain.lanes.counts["new"] == 4 and plain.n_stored == 100
+    got, want = _stored(other), _stored(plain)
+    assert got[0] == want[0] and np.array_equal(got[1], want[1])
+
+
 
 def test_dict_observations_and_small_dtypes_stay_as_they_are():
     from test_core_layout import StructuredActor
