@@ -400,6 +400,18 @@ def test_rollout_is_episodes_over_same():
         assert_episode_equal(g, w)
 
 
+def test_hx_dim_is_read_from_the_feed():
+    """Every generator tells its actor's hx_dim (CountingActor: 0), which
+    episodes read from the feed; a plain iterable has none: the actor's
+    (else 1) then."""
+    actor = CountingActor()
+    with same.rollout(varying_factory, actor, 4, 2, entropy=0) as feed:
+        assert feed.hx_dim == 0
+        assert episodic.episodes(feed, 2).hx_dim == 0
+    assert episodic.episodes(iter([]), 1, actor=actor).hx_dim == 0
+    assert episodic.episodes(iter([]), 1).hx_dim == 1
+
+
 # ------------------------------------------------------------ restarts --
 
 def test_episodes_cut_by_a_restart_are_never_emitted(tmp_path):

@@ -12,10 +12,11 @@ lists every keyword it takes, for ``inspect.signature`` and ``help()``,
 and its ``**kwargs`` are typed with ``Unpack`` of :class:`Keywords`,
 :class:`WorkerKeywords` or :class:`PoolKeywords` for IDEs); what they
 share lives in
-the underscored modules (:mod:`._base`, :mod:`._collector`,
-:mod:`._supervisor`, :mod:`._remote`, :mod:`._gather`, :mod:`._delivery`,
-:mod:`._buffers`, :mod:`._batch`, :mod:`._params`, :mod:`._restarts`,
-:mod:`._resume`).
+the underscored modules (:mod:`._base`, with :mod:`._states` and
+:mod:`._stats`; :mod:`._collector`, :mod:`._supervisor`, :mod:`._remote`,
+:mod:`._gather`, :mod:`._delivery`, :mod:`._buffers`, :mod:`._batch`,
+:mod:`._params`, :mod:`._restarts`, :mod:`._resume`; and, behind
+:mod:`.episodic`, :mod:`._episodes` and :mod:`._minari`).
 
 Every generator takes ``factory, actor, n_steps``, then its env counts,
 then these keywords (those it has: ``same`` has neither processes nor

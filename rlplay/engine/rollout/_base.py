@@ -1,24 +1,18 @@
-"""What every generator shares: iteration and ``with``, the states and the
-error latch, statistics, argument checks, and sizing buffers from a probe
-env.
+"""What every generator shares: its keywords, its states and the error
+latch (:mod:`._states`), one set-up, and the generator's side of a
+supervisor.
 
-States (:class:`Status`)::
-
-    OPEN ──close()──────────────────────────► CLOSED  next(): StopIteration
-      └──an error, or Ctrl-C, inside next()─► BROKEN  next(): the same error
-
-The one Ctrl-C rule: a ``KeyboardInterrupt`` (or any exception) raised
-while ``next()``, ``submit()``, ``poll()`` or ``result()`` works breaks the
-generator. It may have arrived in the middle of a message on a pipe or of
-a copy, so nothing can be trusted to resume: the workers are torn down at
-once (no waiting for their cooperation), the interrupt propagates, and
-every later call raises :class:`~rlplay.engine.errors.RolloutError` saying
-that it was interrupted (for an error, the same error again). The one
-exception to "an error breaks it" is the evaluator's ``result(timeout=)``
-running out, which leaves the request outstanding, as
-:meth:`concurrent.futures.Future.result` does.
+The set-up (:class:`SetUp`), one for ``same``, ``single``, ``multi``,
+``cluster`` and the :class:`~.evaluate.Evaluator`, in this order: check
+every argument before anything is made; the settings that shape the batch
+and the run they begin or continue (:mod:`._resume`); the delivery, the
+actor's ``hx_dim``, the timeouts and the restart policy; the layout of a
+fragment buffer (from a probe env in the learner, for the generators with
+workers), checked against a resumed run's; the source of fragments and
+the statistics, going on from the run's counters. The workers then start
+under a supervisor, processes (:mod:`._supervisor`) or Ray actors
+(:mod:`._remote`), whose generator's side is :class:`Supervised`.
 """
-import enum
 import inspect
 import math
 import numbers
@@ -34,27 +28,31 @@ except ImportError:  # typing_extensions comes with torch and gymnasium
     from typing_extensions import Unpack
 
 from ..actor import check_actor
-from ..core import (check_count, check_spaces_mode, check_sticky,
-                    episode_stats, prepare)
+from ..core import check_count, check_spaces_mode, check_sticky, prepare
 from ..envs import check_columns, make_batch
-from ..errors import RolloutError
-from ..seeds import PROBE_COLLECTOR, env_seed_sequences, seed_sequence
-from ..utils.mp import Cloudpickled, check_cpu_affinity, check_timeouts
+from ..seeds import PROBE_COLLECTOR, env_seed_sequences
+from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
+                        first_timeout)
 from ._collector import SessionSpec
-from ._params import cpu_copy
-from ._resume import buffer_layout
+from ._delivery import Delivery
+from ._params import SharedParams, cpu_copy
+from ._restarts import RESTART_DELAY
+from ._resume import buffer_layout, continuation, restore_counters
+from ._states import Breakable, Closing, Generator, Status
+from ._stats import STATS_KEYS, Stats
+from ._supervisor import Supervisor
 
 __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
            "spell_out", "Closing", "Breakable", "Generator", "Status",
-           "Stats", "STATS_KEYS",
-           "probe_layout", "worker_spec", "check_arguments", "Deadline",
-           "TIMEOUT",
+           "Stats", "STATS_KEYS", "SetUp", "Supervised",
+           "probe_layout", "check_arguments", "Deadline", "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
            "RESTART_DELAY"]
 
 # The timeouts of every generator (seconds), defined once. Each is a
 # keyword of the generators (the table of shared keywords is in
-# rlplay/engine/rollout/__init__.py).
+# rlplay/engine/rollout/__init__.py); RESTART_DELAY is the restart
+# policy's (rlplay/engine/rollout/_restarts.py).
 # the longest the learner waits without news from any worker, covering
 # every wait inside one next() (the parameter lock included)
 TIMEOUT = 60.0
@@ -67,15 +65,6 @@ SHUTDOWN_TIMEOUT = 5.0
 # evaluation (n_episodes episodes), so result() waits for all of it, not
 # for one fragment
 EVALUATION_TIMEOUT = 300.0
-# seconds before a failed worker's replacement starts, by default
-RESTART_DELAY = 1.0
-
-# the keys of every generator's stats
-STATS_KEYS = frozenset({
-    "steps", "batches", "time_collect", "time_wall", "time_learner_wait",
-    "time_worker_wait", "time_collate", "steps_per_s", "steps_per_s_collect",
-    "returns", "lengths", "dropped", "version", "lag", "restarts",
-    "workers"})
 
 
 class Keywords(TypedDict, total=False):
@@ -135,139 +124,6 @@ def spell_out(function, defined_by):
     function.__signature__ = signature.replace(
         parameters=own + shared, return_annotation=signature.empty)
     return function
-
-
-class Status(enum.Enum):
-    OPEN = "open"
-    CLOSED = "closed"
-    BROKEN = "broken"
-
-
-class Closing:
-    """A context manager that calls ``self.close()`` on leaving ``with``."""
-
-    def close(self):
-        raise NotImplementedError
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class Breakable(Closing):
-    """Something with workers, in the states of the module docstring.
-
-    Subclasses implement ``_close(graceful)`` (release everything;
-    ``graceful=False`` after a failure) and run their calls under
-    :meth:`_guarded`.
-    """
-
-    status = Status.OPEN
-    _error = None
-
-    def _guarded(self, call, *args, stop=None, keep=()):
-        """``call(*args)`` under the rule of the module docstring;
-        ``stop`` is raised when closed, errors in ``keep`` pass through."""
-        if self.status is Status.BROKEN:
-            raise self._error
-        if self.status is Status.CLOSED:
-            raise stop
-        try:
-            return call(*args)
-        except keep:
-            raise
-        except BaseException as exc:
-            self._break(exc)
-            raise
-
-    def _break(self, exc):
-        self._error = exc if isinstance(exc, Exception) else RolloutError(
-            f"{type(self).__name__} was broken by {type(exc).__name__} "
-            f"while it waited; make a new one")
-        self.status = Status.BROKEN
-        self._close(graceful=False)
-
-    def close(self):
-        """Stop the workers and release the buffers; idempotent. Later
-        calls end the iteration (or raise the error that broke it)."""
-        if self.status is Status.OPEN:
-            self.status = Status.CLOSED
-            self._close(graceful=True)
-
-    def _close(self, graceful):
-        raise NotImplementedError
-
-
-class Generator(Breakable):
-    """An iterator of batches; subclasses implement ``_next()``."""
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self._guarded(self._next, stop=StopIteration)
-
-
-class Stats(dict):
-    """The statistics of a generator (a dict of :data:`STATS_KEYS`, whose
-    table in :mod:`rlplay.engine.rollout` is the user's reference).
-
-    ``steps`` (env steps delivered), ``batches``, ``time_wall`` (seconds
-    since the first ``next()`` began), ``time_learner_wait`` (seconds
-    ``next()`` waited for data), ``time_worker_wait`` (seconds, summed over
-    workers, that they waited for the learner), ``time_collect`` (seconds,
-    summed over workers, spent collecting what was delivered),
-    ``time_collate`` (seconds spent copying fragments into batches),
-    ``steps_per_s`` (``steps / time_wall``: what the learner gets,
-    training included), ``steps_per_s_collect`` (``steps /
-    time_collect``: per worker-second), ``returns`` and ``lengths`` of
-    the episodes that ended in the last batch, ``version`` (the parameter
-    version of the last ``next()``: the number of ``next()`` calls before
-    it, changed parameters or not), ``lag`` (the largest ``version -
-    meta.version`` in the last batch), ``dropped`` (stale fragments
-    dropped), ``restarts`` (workers replaced) and ``workers`` (one dict
-    per worker). Times and counts are cumulative.
-    """
-
-    def __init__(self, workers=()):
-        super().__init__(
-            steps=0, batches=0, time_collect=0.0, time_wall=0.0,
-            time_learner_wait=0.0, time_worker_wait=0.0, time_collate=0.0,
-            steps_per_s=0.0, steps_per_s_collect=0.0, returns=None,
-            lengths=None, dropped=0, version=0, lag=0, restarts=0,
-            workers=list(workers))
-        self._started, self._wall = None, 0.0
-
-    def resumed(self, time_wall):
-        """Go on from a stopped run's counters: ``time_wall`` (its
-        seconds) is added to this part's."""
-        self._wall = float(time_wall)
-
-    def begin(self):
-        """Mark the start of a ``next()``; returns ``perf_counter()``."""
-        tic = time.perf_counter()
-        if self._started is None:
-            self._started = tic
-        return tic
-
-    def batch(self, npy, *, waited, collected, worker_waited=0.0,
-              collated=0.0, version=0, lag=0):
-        """Account for one batch ``npy`` (numpy views), delivered now."""
-        T1, B = npy.state.rew.shape
-        self["steps"] += (T1 - 1) * B
-        self["batches"] += 1
-        self["time_learner_wait"] += waited
-        self["time_collect"] += collected
-        self["time_worker_wait"] += worker_waited
-        self["time_collate"] += collated
-        self["time_wall"] = self._wall + time.perf_counter() - self._started
-        self["steps_per_s"] = self["steps"] / max(self["time_wall"], 1e-9)
-        self["steps_per_s_collect"] = self["steps"] / max(
-            self["time_collect"], 1e-9)
-        self["returns"], self["lengths"] = episode_stats(npy)
-        self["version"], self["lag"] = version, lag
 
 
 class Deadline:
@@ -353,30 +209,210 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
         probe.close()
 
 
-def worker_spec(factory, actor, n_steps, n_envs, entropy, *, sticky,
-                env_info, final, check_spaces, cpu_affinity=None,
-                name="n_envs"):
-    """What a generator with worker processes (or Ray actors) makes before
-    they start: the run's root ``SeedSequence``, the workers' CPU copy of
-    the actor, the layout of a fragment buffer (from a probe env,
-    :func:`probe_layout`) and the :class:`~._collector.SessionSpec` that
-    every worker shares.
+def _setting(value):
+    # a plain int, bool or None in a state (a numpy bool or int given)
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    return int(value)
 
-    Returns
-    -------
-    spec : SessionSpec
-        Its factory and actor cloudpickled.
-    template : Fragment of tensors, shape = (1 + n_steps, n_envs, ...)
-    layout : dict
-        What shapes the batch (see :func:`probe_layout`).
+
+class SetUp:
+    """The set-up of every generator (see the module docstring), in the
+    order its steps are called: :meth:`_begin`, then :meth:`_lay_out` (or
+    :meth:`_probe`, which calls it, for the generators with workers), then
+    :meth:`_count`; :meth:`_state` makes the ``state_dict()``.
+
+    It sets ``actor``, ``hx_dim`` (the actor's: where the env axis of each
+    ``hx`` leaf is, for the consumers of batches), ``delivery`` and
+    ``device`` (but for the evaluator), ``timeout`` and ``start_timeout``
+    (for the generators with workers) and ``stats``.
     """
-    entropy = seed_sequence(entropy)  # one root for every worker
-    worker_actor = cpu_copy(actor)
-    template, shape = probe_layout(
-        factory, worker_actor, n_steps, n_envs, entropy, env_info=env_info,
-        final=final, sticky=sticky, name=name)
-    spec = SessionSpec(factory=Cloudpickled(factory),
-                       actor=Cloudpickled(worker_actor), entropy=entropy,
-                       n_envs=n_envs, sticky=sticky, check_spaces=check_spaces,
-                       cpu_affinity=cpu_affinity)
-    return spec, template, shape
+
+    _layout = None  # the evaluator's: it fills no fragment buffer
+
+    def _begin(self, kind, actor, settings, counts, *, n_workers=1,
+               entropy=None, resume=None, delivery=None, timeouts=None,
+               restarts=0, restart_delay=RESTART_DELAY, **checked):
+        """Check the arguments (:func:`check_arguments`: ``counts``,
+        ``timeouts``, ``restarts``, ``restart_delay`` and the ``checked``
+        keywords) before anything is made; keep ``settings`` (the
+        arguments that shape the batch: a resume must give the same ones);
+        make ``delivery`` (``(device, pinned, copy)``, or ``None``); keep
+        the timeouts and the restart policy. Returns the run this part
+        begins or continues (:func:`~._resume.continuation` of ``resume``
+        and ``entropy``, the seeds' root).
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad argument, or a ``resume`` that does not fit.
+        """
+        check_arguments(actor, counts=counts, timeouts=timeouts,
+                        restarts=restarts, restart_delay=restart_delay,
+                        n_workers=n_workers, **checked)
+        self._kind = kind
+        self._settings = {name: _setting(value)
+                          for name, value in settings.items()}
+        self._run = continuation(resume, entropy, kind, self._settings,
+                                 n_workers)
+        self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
+        if delivery is not None:
+            self.delivery = Delivery(*delivery)
+            self.device = self.delivery.device
+        if timeouts is not None:
+            self.timeout = timeouts["timeout"]
+            self.start_timeout = timeouts["start_timeout"]
+            self._policy = dict(
+                restarts=restarts, restart_delay=restart_delay,
+                shutdown_timeout=timeouts["shutdown_timeout"])
+        return self._run
+
+    def _lay_out(self, layout):
+        """Keep the ``layout`` of one fragment buffer (a
+        :func:`~._resume.buffer_layout`), refused where it differs from
+        the resumed run's (``ValueError``)."""
+        self._run.check_layout(layout)
+        self._layout = layout
+
+    def _probe(self, factory, n_steps, n_envs, *, sticky, env_info, final,
+               check_spaces, cpu_affinity=None, name="n_envs"):
+        """What a generator with workers (processes or Ray actors) makes
+        before they start: their CPU copy of the actor, the layout of a
+        fragment buffer (from a probe env, :func:`probe_layout`: kept by
+        :meth:`_lay_out`) and the :class:`~._collector.SessionSpec` that
+        every worker shares.
+
+        Returns
+        -------
+        spec : SessionSpec
+            Its factory and actor cloudpickled.
+        template : Fragment of tensors, shape = (1 + n_steps, n_envs, ...)
+        """
+        entropy = self._run.entropy  # one root for every worker
+        worker_actor = cpu_copy(self.actor)
+        template, layout = probe_layout(
+            factory, worker_actor, n_steps, n_envs, entropy,
+            env_info=env_info, final=final, sticky=sticky, name=name)
+        self._lay_out(layout)
+        spec = SessionSpec(factory=Cloudpickled(factory),
+                           actor=Cloudpickled(worker_actor), entropy=entropy,
+                           n_envs=n_envs, sticky=sticky,
+                           check_spaces=check_spaces,
+                           cpu_affinity=cpu_affinity)
+        return spec, template
+
+    def _count(self, stats):
+        """Keep ``stats``, going on from the resumed run's counters."""
+        self.stats = stats
+        restore_counters(stats, self._run.counters)
+
+    def _state(self, version, workers, extra=None):
+        """A ``state_dict()`` (see :mod:`._resume`) at parameter
+        ``version``, ``workers`` a list of ``(seq, generation,
+        restarts)``."""
+        return self._run.state(self._kind, self._settings, self._layout,
+                               self.stats, version, workers, extra)
+
+
+class Supervised(SetUp):
+    """The learner's side of a generator whose workers a
+    :class:`~._supervisor.Supervisor` runs (processes, :meth:`_workers`),
+    or a :class:`~._remote.RemoteSupervisor` (cluster): the bounded wait
+    for news, the error latch's restart count, pids, and the release of
+    what the workers share (``_supervisor``, ``delivery``, ``_source``,
+    ``params``: those set). :attr:`process` is for worker processes
+    only."""
+
+    _supervisor = _source = params = None
+
+    def _workers(self, ctx, n_workers, protocol, *, name, stats=Stats):
+        """Share the actor's parameters (:class:`~._params.SharedParams`,
+        at the run's version), make the protocol that the workers serve
+        and the source of fragments, ``protocol(params)`` (see
+        :class:`~._supervisor.Supervisor`), and its ``stats(accounts)``,
+        and start ``n_workers`` worker processes named ``f"{name}-{w}"``
+        under the restart policy of :meth:`SetUp._begin`. On a failure,
+        closes the generator (``_close(graceful=False)``) and raises."""
+        self.params = SharedParams(self.actor, ctx,
+                                   version=self._run.version)
+        try:
+            self._source = protocol(self.params)
+            self._count(stats(self._source.accounts))
+        except BaseException:
+            self._close(graceful=False)
+            raise
+        self._supervise(lambda: Supervisor(
+            ctx, n_workers, self._source, name=name, params=self.params,
+            run=self._run, **self._policy))
+
+    def _supervise(self, make):
+        """Make the supervisor (``make()``) and start its workers; on a
+        failure, close the generator (``_close(graceful=False)``) and
+        raise."""
+        try:
+            self._supervisor = make()
+            self._supervisor.start_all()
+        except BaseException:
+            self._close(graceful=False)
+            raise
+
+    def _close(self, graceful):
+        """Stop the workers, then let go of what they shared: the device
+        copies in flight first (none may read freed memory), the buffers
+        (``_source``), the parameters."""
+        if self._supervisor is not None:
+            self._supervisor.shutdown(graceful)
+        delivery = getattr(self, "delivery", None)
+        if delivery is not None:
+            delivery.close()
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source.close()
+        if getattr(self, "params", None) is not None:
+            self.params.close()
+            self.params = None
+
+    def _break(self, exc):
+        # the count that the error's message gives ("after 2 restarts"),
+        # even when no batch followed the last restart
+        stats = getattr(self, "stats", None)
+        if self._supervisor is not None and stats is not None:
+            stats["restarts"] = self._supervisor.restarts
+        super()._break(exc)
+
+    def _bound(self):
+        # how long to wait without news: start-up time too while a worker
+        # has not delivered yet (the first batch, or a replacement)
+        return first_timeout(self.timeout, self.start_timeout) \
+            if self._supervisor.starting else self.timeout
+
+    def _await(self, done, what, deadline, renew=True):
+        """Pump news until ``done()`` is true (returns ``True``) or
+        ``deadline`` passes (``False``); news renews the deadline by
+        :meth:`_bound` unless ``renew`` is false. Worker failures raise."""
+        while not done():
+            remaining = deadline.remaining()
+            if remaining == 0:
+                if not (renew and self._supervisor.replacing):
+                    return False
+                # the restart delay is no stall: the replacement's start
+                # renews the deadline again (with start_timeout)
+                deadline.renew(self._bound())
+                remaining = deadline.remaining()
+            if self._supervisor.pump(remaining, what) and renew:
+                deadline.renew(self._bound())
+        return True
+
+    @property
+    def pids(self):
+        """The pid of each worker (of its latest generation)."""
+        return self._supervisor.pids
+
+    @property
+    def process(self):
+        """Worker 0's process object (``None`` between generations)."""
+        return self._supervisor.workers[0].process
+
+    @property
+    def pid(self):
+        return self._supervisor.pids[0]

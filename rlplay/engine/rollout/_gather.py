@@ -30,12 +30,8 @@ import time
 
 from ..errors import RolloutTimeout
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Status, check_arguments,
-                    worker_spec)
+                    Deadline, Generator, Status, Supervised)
 from ._batch import Collation, check_hx_dim
-from ._delivery import Delivery
-from ._resume import continuation, restore_counters
-from ._supervisor import Supervised
 
 __all__ = ["Gathered", "check_pool"]
 
@@ -73,10 +69,9 @@ class Gathered(Supervised, Generator):
 
     A subclass starts its workers in :meth:`_start`, which sets
     ``params``, ``_source`` (the source of ready fragments), ``stats``
-    (:class:`~._base.Stats`) and ``_supervisor``.
+    (:class:`~._base.Stats`, by :meth:`~._base.SetUp._count`) and
+    ``_supervisor``.
     """
-
-    _supervisor = _source = params = None
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, max_lag=None, entropy=None,
@@ -86,58 +81,47 @@ class Gathered(Supervised, Generator):
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
                  resume=None):
-        check_arguments(
-            actor, counts=[("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
-                           ("n_per_actor", n_per_actor, 1),
-                           ("n_buffers", n_buffers, 1),
-                           ("n_per_batch", n_per_batch, 1)]
-            + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
+        counts = [("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
+                  ("n_per_actor", n_per_actor, 1), ("n_buffers", n_buffers, 1),
+                  ("n_per_batch", n_per_batch, 1)]
+        self._begin(
+            self._kind, actor, dict(n_steps=n_steps, n_actors=n_actors,
+                                    n_per_actor=n_per_actor,
+                                    n_per_batch=n_per_batch, sticky=sticky),
+            counts + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
+            n_workers=n_actors, entropy=entropy, resume=resume,
+            delivery=(device, pinned, copy),
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
-            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay, cpu_affinity=cpu_affinity,
-            n_workers=n_actors)
+            restarts=restarts, restart_delay=restart_delay, sticky=sticky,
+            check_spaces=check_spaces, cpu_affinity=cpu_affinity)
         check_pool(n_buffers, n_per_batch, n_actors)
-        self._settings = dict(
-            n_steps=int(n_steps), n_actors=int(n_actors),
-            n_per_actor=int(n_per_actor), n_per_batch=int(n_per_batch),
-            sticky=bool(sticky))
-        self._run = run = continuation(resume, entropy, self._kind,
-                                       self._settings, int(n_actors))
-        self.delivery = Delivery(device, pinned, copy)
-        self.device = self.delivery.device
-        self.actor, self.max_lag = actor, max_lag
-        self.n_per_batch = n_per_batch
-        self.timeout, self.start_timeout = timeout, start_timeout
+        self.max_lag, self.n_per_batch = max_lag, n_per_batch
         # the workers' actor is a CPU copy; the buffers are sized with it
         # here from a probe env that the factory makes and we close at once
-        spec, template, self._layout = worker_spec(
-            factory, actor, n_steps, n_per_actor, run.entropy, sticky=sticky,
-            env_info=env_info, final=final, check_spaces=check_spaces,
-            cpu_affinity=cpu_affinity, name="n_per_actor")
-        run.check_layout(self._layout)
-        hx_dim = getattr(actor, "hx_dim", 1)
-        check_hx_dim(template.hx, hx_dim, n_per_actor)
+        spec, template = self._probe(
+            factory, n_steps, n_per_actor, sticky=sticky, env_info=env_info,
+            final=final, check_spaces=check_spaces, cpu_affinity=cpu_affinity,
+            name="n_per_actor")
+        check_hx_dim(template.hx, self.hx_dim, n_per_actor)
         # before the learner's batch is allocated (zero-filled gigabytes
         # for a pool that would not fit anyway)
         self._check_capacity(template, n_actors, n_buffers)
-        self._collation = Collation(template, hx_dim, n_per_batch,
+        self._collation = Collation(template, self.hx_dim, n_per_batch,
                                     self.delivery.host_pinned)
-        self._start(spec, template, n_actors, n_buffers, restarts=restarts,
-                    restart_delay=restart_delay,
-                    shutdown_timeout=shutdown_timeout, run=run)
-        restore_counters(self.stats, run.counters)
+        self._start(spec, template, n_actors, n_buffers)
 
     def _check_capacity(self, template, n_actors, n_buffers):
         """Raise :class:`~rlplay.engine.errors.CapacityError` where the
         workers' buffers would not fit (nothing to check by default)."""
 
-    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout, run):
+    def _start(self, spec, template, n_actors, n_buffers):
         """Start ``n_actors`` workers sharing ``spec``, with ``n_buffers``
-        fragments of the layout ``template`` in flight, from where ``run``
-        (a :class:`~._resume.Continuation`) says; on a failure, close what
-        was made and raise."""
+        fragments of the layout ``template`` in flight, from where the run
+        (``_run``, a :class:`~._resume.Continuation`) says, under the
+        restart policy (``_policy``), counting in ``stats``
+        (:meth:`~._base.SetUp._count`); on a failure, close what was made
+        and raise."""
         raise NotImplementedError
 
     def state_dict(self):
@@ -146,10 +130,8 @@ class Gathered(Supervised, Generator):
         ``meta.seq`` (after its last fragment yielded) and generation, the
         counters and the parameter version. Valid in any state (after
         ``close()`` too)."""
-        return self._run.state(
-            self._kind, self._settings, self._layout, self.stats,
-            self.stats["version"], self._supervisor.positions(
-                self._source.ready))
+        return self._state(self.stats["version"],
+                           self._supervisor.positions(self._source.ready))
 
     @property
     def version(self):

@@ -256,15 +256,13 @@ class RemoteSupervisor(RestartPolicy):
 
     def __init__(self, n_workers, protocol, *, options, release, restarts,
                  restart_delay, shutdown_timeout, owner=None, run=None):
-        self.protocol, self.options = protocol, options
-        self.shutdown_timeout = shutdown_timeout
         self.members = [_Member(w, protocol.accounts[w])
                         for w in range(n_workers)]
         RestartPolicy.__init__(self, self.members, restarts, restart_delay,
                                run)
-        self.accounts = [m.account for m in self.members]
+        self.protocol, self.options = protocol, options
+        self.shutdown_timeout = shutdown_timeout
         self.pending = {}  # ref -> (member, method), in the order of calls
-        self.closed = False
         self._handles = {}
         self._local_pids = set()  # of the actors on this machine
         import ray
@@ -310,12 +308,8 @@ class RemoteSupervisor(RestartPolicy):
         call and handle every one that returned; returns how many did (and
         the workers started). Failures not replaced are raised."""
         import ray
-        news = self._start_due()
-        due = [m.due for m in self.members if m.phase is _Phase.DOWN
-               and m.due is not None]
-        if due:
-            until = max(0.0, min(due) - time.monotonic())
-            timeout = until if timeout is None else min(timeout, until)
+        news = self.start_due(self._start)
+        timeout = self.until_due(timeout)
         refs = list(self.pending)
         # a worker runs its calls in order, but Ray may show their results
         # out of order (each reply travels on its own): wait on each
@@ -337,7 +331,7 @@ class RemoteSupervisor(RestartPolicy):
                     continue
                 news += 1
                 self._receive(ref, *self.pending.pop(ref), what)
-        return news + self._start_due()
+        return news + self.start_due(self._start)
 
     def check(self, what):
         """Raise if a worker failed; consumes results (as
@@ -391,15 +385,6 @@ class RemoteSupervisor(RestartPolicy):
                         if call[0] is not member}
         self._handles.pop(member.index, None)
         member.handle, member.phase = None, _Phase.DOWN
-
-    def _start_due(self):
-        started, now = 0, time.monotonic()
-        for member in self.members:
-            if member.phase is _Phase.DOWN and member.due is not None \
-                    and member.due <= now and not self.closed:
-                self._start(member)
-                started += 1
-        return started
 
     # --------------------------------------------------------- shutdown --
     def shutdown(self, graceful=True):

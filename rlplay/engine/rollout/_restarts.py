@@ -12,10 +12,20 @@ seconds, unless
 - the budget (``restarts``, a total for the run) is spent.
 
 Then the failure is raised, with the count ("... after 2 restarts").
+
+Scheduling, for both supervisors: :meth:`RestartPolicy._replace` sets the
+member's ``due`` time; every wait for news is cut to the next due time
+(:meth:`RestartPolicy.until_due`), and after it
+:meth:`RestartPolicy.start_due` starts those due, with the supervisor's
+own start (which clears ``due``); none once the supervisor is ``closed``.
 """
 import time
 
-__all__ = ["Member", "RestartPolicy", "reported"]
+__all__ = ["Member", "RestartPolicy", "reported", "RESTART_DELAY"]
+
+# seconds before a failed worker's replacement starts, by default (a
+# keyword of the generators, in the table of rlplay/engine/rollout)
+RESTART_DELAY = 1.0
 
 
 class Member:
@@ -32,11 +42,15 @@ class Member:
 
 class RestartPolicy:
     """Mixin of a supervisor of ``members`` (:class:`Member`): ``budget``,
-    ``restart_delay``, ``restarts`` (used so far); :meth:`_fail` raises or
-    counts a replacement."""
+    ``restart_delay``, ``restarts`` (used so far), ``accounts`` (the
+    members'), ``closed`` (set by the supervisor's shutdown);
+    :meth:`_fail` raises or counts a replacement, which :meth:`until_due`
+    and :meth:`start_due` schedule."""
 
     def __init__(self, members, restarts, restart_delay, run=None):
         self._members = members
+        self.accounts = [member.account for member in members]
+        self.closed = False
         self.budget, self.restart_delay = restarts, restart_delay
         self.restarts = 0
         if run is not None:  # a resumed run goes on with its counts
@@ -90,6 +104,26 @@ class RestartPolicy:
         member.failed_early = not member.delivered
         member.generation += 1
         member.due = time.monotonic() + self.restart_delay
+
+    def until_due(self, timeout):
+        """``timeout`` (seconds, ``None``: no bound) cut to the time left
+        until the next replacement is due."""
+        due = [m.due for m in self._members if m.due is not None]
+        if not due:
+            return timeout
+        until = max(0.0, min(due) - time.monotonic())
+        return until if timeout is None else min(timeout, until)
+
+    def start_due(self, start):
+        """Call ``start(member)`` (which clears its ``due``) for every
+        member whose replacement is due, unless ``closed``; returns how
+        many were started."""
+        now = time.monotonic()
+        due = [] if self.closed else [
+            m for m in self._members if m.due is not None and m.due <= now]
+        for member in due:
+            start(member)
+        return len(due)
 
 
 def reported(failed, worker):

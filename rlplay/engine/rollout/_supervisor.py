@@ -53,13 +53,12 @@ import threading
 import time
 
 from ..errors import WorkerDied
-from ..utils.mp import (POLL_INTERVAL, ended, first_timeout, join_or_kill,
+from ..utils.mp import (POLL_INTERVAL, ended, join_or_kill,
                         preload_forkserver, wait_ended)
-from ._base import RESTART_DELAY, SHUTDOWN_TIMEOUT
 from ._collector import STOP, Bye, Failed, Ready, main
 from ._restarts import Member, RestartPolicy, reported
 
-__all__ = ["Supervisor", "Supervised", "EXIT_PRIORITY"]
+__all__ = ["Supervisor", "EXIT_PRIORITY"]
 
 # multiprocessing runs finalizers of priority >= 0 before joining children
 EXIT_PRIORITY = 10
@@ -109,8 +108,7 @@ class Supervisor(RestartPolicy):
     """
 
     def __init__(self, ctx, n_workers, protocol, *, name, params=None,
-                 restarts=0, restart_delay=RESTART_DELAY,
-                 shutdown_timeout=SHUTDOWN_TIMEOUT, run=None):
+                 restarts, restart_delay, shutdown_timeout, run=None):
         preload_forkserver(ctx)
         self.ctx, self.protocol = ctx, protocol
         self.name, self.params = name, params
@@ -119,8 +117,6 @@ class Supervisor(RestartPolicy):
                         for w in range(n_workers)]
         RestartPolicy.__init__(self, self.workers, restarts, restart_delay,
                                run)
-        self.accounts = [wk.account for wk in self.workers]
-        self.closed = False
         self._owner = os.getpid()
         # the parent-death signal follows the thread that forks (see
         # utils.mp.guard_parent): safe from the main thread or the server
@@ -178,14 +174,11 @@ class Supervisor(RestartPolicy):
                 failed, wk.deferred = wk.deferred, None
                 self._failed(wk, failed or None, what)
                 return 1
-        news = self._start_due()
+        news = self.start_due(self._start)
         live = [wk for wk in self.workers if wk.process is not None]
         waits = [wk.conn for wk in live if not wk.eof] + [
             wk.process.sentinel for wk in live]
-        due = [wk.due for wk in self.workers if wk.due is not None]
-        if due:
-            until = max(0.0, min(due) - time.monotonic())
-            timeout = until if timeout is None else min(timeout, until)
+        timeout = self.until_due(timeout)
         if waits:  # at most one poll: a silent sentinel is no proof of life
             timeout = POLL_INTERVAL if timeout is None \
                 else min(timeout, POLL_INTERVAL)
@@ -205,7 +198,7 @@ class Supervisor(RestartPolicy):
                     else:
                         self._failed(wk, None, what)
                 news += drained
-        return news + self._start_due()
+        return news + self.start_due(self._start)
 
     def check(self, what):
         """Raise if a worker failed (a liveness check for waits that are not
@@ -270,14 +263,6 @@ class Supervisor(RestartPolicy):
         process.close()
         wk.process = wk.conn = None
 
-    def _start_due(self):
-        started, now = 0, time.monotonic()
-        for wk in self.workers:
-            if wk.due is not None and wk.due <= now and not self.closed:
-                self._start(wk)
-                started += 1
-        return started
-
     # --------------------------------------------------------- shutdown --
     def shutdown(self, graceful=True):
         """Stop every worker in the order of the module docstring;
@@ -327,95 +312,6 @@ class Supervisor(RestartPolicy):
             except ValueError:  # unkillable: keep the object
                 pass
             wk.process = wk.conn = None
-
-
-class Supervised:
-    """The learner's side of a generator whose workers a
-    :class:`Supervisor` runs (``self.params`` set first), or a
-    :class:`~._remote.RemoteSupervisor` (cluster): the bounded wait for
-    news, the error latch's restart count, pids, and the release of what
-    the workers share (``_supervisor``, ``delivery``, ``_source``,
-    ``params``: those set). :meth:`_supervise` and :attr:`process` are for
-    worker processes only."""
-
-    _supervisor = None
-
-    def _supervise(self, ctx, n_workers, protocol, *, name, restarts,
-                   restart_delay, shutdown_timeout, run=None):
-        """Start ``n_workers`` workers serving ``protocol`` (see
-        :class:`Supervisor`; ``run``: a resumed run's
-        :class:`~._resume.Continuation`). On a failure, closes the
-        generator (``_close(graceful=False)``) and raises."""
-        try:
-            self._supervisor = Supervisor(
-                ctx, n_workers, protocol, name=name, params=self.params,
-                restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout, run=run)
-            self._supervisor.start_all()
-        except BaseException:
-            self._close(graceful=False)
-            raise
-
-    def _close(self, graceful):
-        """Stop the workers, then let go of what they shared: the device
-        copies in flight first (none may read freed memory), the buffers
-        (``_source``), the parameters."""
-        if self._supervisor is not None:
-            self._supervisor.shutdown(graceful)
-        delivery = getattr(self, "delivery", None)
-        if delivery is not None:
-            delivery.close()
-        source = getattr(self, "_source", None)
-        if source is not None:
-            source.close()
-        if getattr(self, "params", None) is not None:
-            self.params.close()
-            self.params = None
-
-    def _break(self, exc):
-        # the count that the error's message gives ("after 2 restarts"),
-        # even when no batch followed the last restart
-        stats = getattr(self, "stats", None)
-        if self._supervisor is not None and stats is not None:
-            stats["restarts"] = self._supervisor.restarts
-        super()._break(exc)
-
-    def _bound(self):
-        # how long to wait without news: start-up time too while a worker
-        # has not delivered yet (the first batch, or a replacement)
-        return first_timeout(self.timeout, self.start_timeout) \
-            if self._supervisor.starting else self.timeout
-
-    def _await(self, done, what, deadline, renew=True):
-        """Pump news until ``done()`` is true (returns ``True``) or
-        ``deadline`` passes (``False``); news renews the deadline by
-        :meth:`_bound` unless ``renew`` is false. Worker failures raise."""
-        while not done():
-            remaining = deadline.remaining()
-            if remaining == 0:
-                if not (renew and self._supervisor.replacing):
-                    return False
-                # the restart delay is no stall: the replacement's start
-                # renews the deadline again (with start_timeout)
-                deadline.renew(self._bound())
-                remaining = deadline.remaining()
-            if self._supervisor.pump(remaining, what) and renew:
-                deadline.renew(self._bound())
-        return True
-
-    @property
-    def pids(self):
-        """The pid of each worker (of its latest generation)."""
-        return self._supervisor.pids
-
-    @property
-    def process(self):
-        """Worker 0's process object (``None`` between generations)."""
-        return self._supervisor.workers[0].process
-
-    @property
-    def pid(self):
-        return self._supervisor.pids[0]
 
 
 def _discard(wk):

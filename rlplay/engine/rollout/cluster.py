@@ -86,7 +86,7 @@ its node lost) fails in Ray and is raised as
 :class:`~rlplay.engine.errors.WorkerDied` naming the worker, its pid and
 its node; no news within the bound is a
 :class:`~rlplay.engine.errors.RolloutTimeout`. Any of them breaks the
-rollout (see :mod:`._base`): the actors are killed at once. An actor
+rollout (see :mod:`._states`): the actors are killed at once. An actor
 dies with its owner, the learner's Ray driver.
 
 Restarts (``restarts=N``), as in :mod:`._supervisor`: rlplay kills the
@@ -284,27 +284,25 @@ class Rollout(Gathered):
         super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
                          n_buffers, n_per_batch, **kwargs)
 
-    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout, run):
-        release = join(self._address)
+    def _start(self, spec, template, n_actors, n_buffers):
+        run, release = self._run, join(self._address)
         try:
             _check_placement(self._options, n_actors)
             self._source = requests = RayRequests(
                 ray.put(spec), Buffers(None, *layout(template)), n_actors,
                 n_buffers, run)
-            self.stats = Stats(requests.accounts)
+            self._count(Stats(requests.accounts))
             requests.params = self.params = RayParams(self.actor,
                                                       run.version)
-            requests.supervisor = self._supervisor = RemoteSupervisor(
+            # the protocol calls its workers from on_started()
+            requests.supervisor = RemoteSupervisor(
                 n_actors, requests, options=self._options, release=release,
-                restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=shutdown_timeout, owner=self, run=run)
-            self._supervisor.start_all()
+                owner=self, run=run, **self._policy)
         except BaseException:
-            if self._supervisor is None:
-                release()
+            release()  # no supervisor holds it yet
             self._close(graceful=False)
             raise
+        self._supervise(lambda: requests.supervisor)
 
     @property
     def nodes(self):
@@ -364,8 +362,9 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     The attributes of ``feed``: ``params`` (the published parameters,
     ``None`` once closed), ``version`` (the parameter version published by
     the last ``next()``), ``pids`` and ``nodes`` (each worker's process id
-    and Ray node id, ``None`` until it has started) and ``stats`` (as
-    ``multi``'s; each worker's dict also holds its ``node``).
+    and Ray node id, ``None`` until it has started), ``hx_dim`` and
+    ``stats`` (as ``multi``'s; each worker's dict also holds its
+    ``node``).
 
     Examples
     --------

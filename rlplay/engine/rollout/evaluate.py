@@ -37,7 +37,7 @@ worker exception is raised as :class:`~rlplay.engine.errors.WorkerError`
 (by the next ``submit``, ``poll`` or ``result``), a silent death as
 :class:`~rlplay.engine.errors.WorkerDied`; either (or Ctrl-C during a
 call) breaks the evaluator, and every later call raises the same error
-again (see :mod:`._base`). A :class:`~rlplay.engine.errors.RolloutTimeout`
+again (see :mod:`._states`). A :class:`~rlplay.engine.errors.RolloutTimeout`
 from ``result`` leaves the evaluator as it was (ask again, or close it),
 as with :meth:`concurrent.futures.Future.result`; one from ``submit`` (a
 live worker that kept the parameters' lock too long) breaks it. Bad
@@ -62,12 +62,9 @@ from ..seeds import EVAL_COLLECTOR
 from ..utils.mp import Cloudpickled, check_timeouts, get_context
 from ..video import check_writer
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
-                    START_TIMEOUT, Breakable, Deadline, Status,
-                    check_arguments)
+                    START_TIMEOUT, Breakable, Deadline, Status, Supervised)
 from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
-from ._params import SharedParams, cpu_copy
-from ._resume import continuation, restore_counters
-from ._supervisor import Supervised
+from ._params import cpu_copy
 
 __all__ = ["Evaluator", "Evaluation"]
 
@@ -116,6 +113,15 @@ class _EvaluationRequests:
 
     def on_lost(self, w):
         return int(self.version is not None and self.result is None)
+
+    def close(self):
+        """Nothing to release (the evaluator's source holds no memory)."""
+
+
+def _stats(accounts):
+    # the evaluator's (documented by Evaluator)
+    return {"evaluations": 0, "time_evaluate": 0.0, "last": None,
+            "restarts": 0, "workers": accounts}
 
 
 def _recording(factory, record):
@@ -201,6 +207,8 @@ class Evaluator(Supervised, Breakable):
         The worker's process id.
     params : SharedParams
         The shared copy of the parameters (``None`` once closed).
+    hx_dim : int
+        The actor's, as the generators' ``hx_dim``.
     stats : dict
         ``evaluations`` (results picked up), ``time_evaluate`` (seconds the
         worker spent evaluating, in all), ``last`` (the last
@@ -228,10 +236,12 @@ class Evaluator(Supervised, Breakable):
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
                  resume=None, record=None):
-        check_arguments(
-            actor, counts=[("n_envs", n_envs, 1),
-                           ("n_episodes", n_episodes, 1)]
+        run = self._begin(
+            "evaluator", actor, dict(n_envs=n_envs, n_episodes=n_episodes,
+                                     max_steps=max_steps),
+            [("n_envs", n_envs, 1), ("n_episodes", n_episodes, 1)]
             + ([] if max_steps is None else [("max_steps", max_steps, 1)]),
+            entropy=entropy, resume=resume,
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
             restarts=restarts, restart_delay=restart_delay,
@@ -241,28 +251,16 @@ class Evaluator(Supervised, Breakable):
                             f"Gymnasium env, got {type(factory).__name__}")
         if record is not None:
             factory, record = _recording(factory, record)
-        mp_ctx = get_context(start_method)
-        self._settings = dict(
-            n_envs=int(n_envs), n_episodes=int(n_episodes),
-            max_steps=None if max_steps is None else int(max_steps))
-        self._run = run = continuation(resume, entropy, "evaluator",
-                                       self._settings, 1)
-        self.timeout, self.start_timeout = timeout, start_timeout
-        self.params = SharedParams(actor, mp_ctx, version=run.version)
         self._version = run.version  # the last submitted
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
             entropy=run.entropy, n_envs=int(n_envs), sticky=False,
             check_spaces="first", cpu_affinity=cpu_affinity)
-        self._requests = _EvaluationRequests(
-            spec, self.params, (int(n_episodes), max_steps, record),
-            count=int(run.extra.get("requests", 0)))
-        self.stats = {"evaluations": 0, "time_evaluate": 0.0, "last": None,
-                      "restarts": 0, "workers": self._requests.accounts}
-        restore_counters(self.stats, run.counters)
-        self._supervise(mp_ctx, 1, self._requests, name="rlplay-evaluate",
-                        restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout, run=run)
+        self._workers(get_context(start_method), 1, lambda params:
+                      _EvaluationRequests(
+                          spec, params, (int(n_episodes), max_steps, record),
+                          count=int(run.extra.get("requests", 0))),
+                      name="rlplay-evaluate", stats=_stats)
 
     def state_dict(self):
         """What rlplay owns of this evaluator, for ``resume=`` (see
@@ -270,18 +268,16 @@ class Evaluator(Supervised, Breakable):
         counts and the parameter version (a continuation's versions go on
         from it; an outstanding request is not part of it: submit it
         again). Valid in any state (after ``close()`` too)."""
-        supervisor = self._supervisor
-        member = supervisor.workers[0]
-        return self._run.state(
-            "evaluator", self._settings, None, self.stats,
+        member = self._supervisor.workers[0]
+        return self._state(
             self._version, [(0, member.generation,
                              member.account["restarts"])],
-            extra={"requests": self._requests.count})
+            extra={"requests": self._source.count})
 
     @property
     def pending(self):
         """Whether a request is outstanding (submitted, not picked up)."""
-        return self._requests.version is not None
+        return self._source.version is not None
 
     def _closed_error(self):
         return RuntimeError("the evaluator is closed")
@@ -306,7 +302,7 @@ class Evaluator(Supervised, Breakable):
         RolloutTimeout
             The live worker held the parameters' lock too long.
         """
-        pending = self._requests.version
+        pending = self._source.version
         if pending is not None and self.status is Status.OPEN:
             raise RuntimeError(f"evaluation of version {pending} is still "
                                f"outstanding: pick it up with poll() or "
@@ -315,7 +311,7 @@ class Evaluator(Supervised, Breakable):
                              keep=(ValueError,))
 
     def _submit(self, actor):
-        requests, supervisor = self._requests, self._supervisor
+        requests, supervisor = self._source, self._supervisor
         supervisor.check("a request")
         what = "the parameter lock"
         version = self.params.publish(
@@ -357,7 +353,7 @@ class Evaluator(Supervised, Breakable):
             The worker failed.
         """
         check_timeouts(timeout=timeout)
-        if self._requests.version is None and self._error is None \
+        if self._source.version is None and self._error is None \
                 and self.params is not None:
             raise RuntimeError("no evaluation was submitted")
         return self._guarded(self._wait, timeout, True,
@@ -365,7 +361,7 @@ class Evaluator(Supervised, Breakable):
                              keep=(RolloutTimeout,))
 
     def _wait(self, timeout, block=False):
-        requests, supervisor = self._requests, self._supervisor
+        requests, supervisor = self._source, self._supervisor
         what = f"evaluation {requests.count}"
         if requests.version is None:
             supervisor.check("a request")

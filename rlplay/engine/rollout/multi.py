@@ -87,7 +87,7 @@ the actor) and reports it, raised as
 :class:`~rlplay.engine.errors.WorkerError`; the factory's errors in the
 learner's probe env are raised as they are; a timeout raises
 :class:`~rlplay.engine.errors.RolloutTimeout`. Any of them breaks the
-rollout (see :mod:`._base`): the workers are torn down at once and every
+rollout (see :mod:`._states`): the workers are torn down at once and every
 later ``next()`` raises the same error again, never a silent end. Workers
 wait for the learner as long as it lives (training takes what it takes)
 and die with it.
@@ -104,10 +104,9 @@ the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
 """
 from ..utils.mp import get_context
-from ._base import PoolKeywords, Stats, Unpack, spell_out
+from ._base import PoolKeywords, Unpack, spell_out
 from ._buffers import SharedBuffers
 from ._gather import Gathered
-from ._params import SharedParams
 
 __all__ = ["rollout", "Rollout"]
 
@@ -134,22 +133,13 @@ class Rollout(Gathered):
     def _what(n_actors, n_buffers):
         return f"a pool of {n_buffers} buffers for {n_actors} workers"
 
-    def _start(self, spec, template, n_actors, n_buffers, *, restarts,
-               restart_delay, shutdown_timeout, run):
+    def _start(self, spec, template, n_actors, n_buffers):
         ctx = self._context
-        self.params = SharedParams(self.actor, ctx, version=run.version)
-        try:
-            self._source = SharedBuffers(
-                template, n_buffers, n_actors, spec, self.params,
-                what=self._what(n_actors, n_buffers),
-                start_method=ctx.get_start_method(), run=run)
-            self.stats = Stats(self._source.accounts)
-        except BaseException:
-            self._close(graceful=False)
-            raise
-        self._supervise(ctx, n_actors, self._source, name="rlplay-multi",
-                        restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout, run=run)
+        self._workers(ctx, n_actors, lambda params: SharedBuffers(
+            template, n_buffers, n_actors, spec, params,
+            what=self._what(n_actors, n_buffers),
+            start_method=ctx.get_start_method(), run=self._run),
+            name="rlplay-multi")
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
@@ -224,7 +214,8 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     The attributes of ``feed``: ``params`` (the shared copy of the actor's
     parameters, ``None`` once closed), ``version`` (the parameter version
     published by the last ``next()``), ``pids`` (the workers' process ids,
-    of their current generation) and ``stats`` (the keys of
+    of their current generation), ``hx_dim`` (the actor's: ``hx`` is
+    collated along it) and ``stats`` (the keys of
     :data:`rlplay.engine.rollout.STATS_KEYS`, documented there; per worker
     in ``workers`` the fragments ``received``, ``delivered``, ``dropped``,
     ``discarded`` (received, undelivered at close), ``collected`` (its own

@@ -18,7 +18,7 @@ actor has when ``next()`` is called, and ``meta.version`` records ``k``, the
 number of batches yielded before it. Errors in the factory, the envs or the
 actor are raised directly in the caller (a failed set-up closes the envs it
 made); an error, or Ctrl-C, inside ``next()`` breaks the generator, and
-later calls raise it again (see :mod:`._base`). ``close()`` closes the
+later calls raise it again (see :mod:`._states`). ``close()`` closes the
 envs.
 
 The collection is the worker session of every other generator
@@ -32,31 +32,25 @@ import torch
 
 from ..core import check_sticky, prepare
 from ..seeds import collector_seed_sequence, torch_seed
-from ._base import (Generator, Keywords, Stats, Unpack, check_arguments,
-                    spell_out)
+from ._base import Generator, Keywords, SetUp, Stats, Unpack, spell_out
 from ._collector import Session, SessionSpec
-from ._delivery import Delivery
-from ._resume import buffer_layout, continuation, restore_counters
+from ._resume import buffer_layout
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout(Generator):
+class Rollout(SetUp, Generator):
     """The generator that :func:`rollout` returns (documented there)."""
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
                  pinned=False, copy=True, check_spaces="first",
                  resume=None):
-        # before any env is made
-        check_arguments(actor, counts=[("n_steps", n_steps, 1),
-                                       ("n_envs", n_envs, 1)],
-                        sticky=sticky, check_spaces=check_spaces)
-        self._settings = dict(n_steps=int(n_steps), n_envs=int(n_envs),
-                              sticky=bool(sticky))
-        self._run = run = continuation(resume, entropy, "same",
-                                       self._settings, 1)
-        self.delivery = Delivery(device, pinned, copy)
+        run = self._begin(
+            "same", actor, dict(n_steps=n_steps, n_envs=n_envs, sticky=sticky),
+            [("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
+            entropy=entropy, resume=resume, delivery=(device, pinned, copy),
+            sticky=sticky, check_spaces=check_spaces)
         entropy = run.entropy  # one root for envs and actor
         self.session = Session(SessionSpec(
             factory=factory, actor=actor, entropy=entropy, n_envs=int(n_envs),
@@ -64,7 +58,7 @@ class Rollout(Generator):
             generation=run.generation[0], seq=run.seq[0])
         self._seq = run.seq[0]
         self.session.start(in_process=True)
-        self.envs, self.actor = self.session.envs, actor
+        self.envs = self.session.envs
         try:
             if sticky:
                 check_sticky(self.envs)
@@ -73,10 +67,9 @@ class Rollout(Generator):
                 self.buffer = prepare(self.envs, actor, n_steps, n_envs,
                                       env_info=env_info, final=final,
                                       pinned=self.delivery.host_pinned)
-            self._layout = buffer_layout(self.buffer.pyt,
-                                         self.envs.observation_space,
-                                         self.envs.action_space)
-            run.check_layout(self._layout)
+            self._lay_out(buffer_layout(self.buffer.pyt,
+                                        self.envs.observation_space,
+                                        self.envs.action_space))
             # the actor samples from a torch stream of its own, seeded from
             # the run's entropy exactly as a worker process seeds its
             # global one, so that same and single collect the same data
@@ -91,9 +84,7 @@ class Rollout(Generator):
             except Exception:  # noqa: BLE001 - the set-up error wins
                 pass
             raise
-        self.device = self.delivery.device
-        self.stats = Stats()
-        restore_counters(self.stats, run.counters)
+        self._count(Stats())
 
     def _next(self):
         stats = self.stats
@@ -116,10 +107,8 @@ class Rollout(Generator):
         the generation, the counters; the version to go on from is the
         number of batches yielded. Valid in any state (after ``close()``
         too)."""
-        return self._run.state(
-            "same", self._settings, self._layout, self.stats,
-            self.stats["batches"],
-            [(self._seq, self.session.generation, 0)])
+        return self._state(self.stats["batches"],
+                           [(self._seq, self.session.generation, 0)])
 
     def _close(self, graceful):
         """Close the envs."""
@@ -164,7 +153,9 @@ def rollout(factory, actor, n_steps, n_envs, **kwargs: Unpack[Keywords]):
     Notes
     -----
     The attributes of ``feed``: ``envs`` (the :class:`EnvBatch`),
-    ``buffer`` (the host buffer, numpy and torch views) and ``stats`` (the
+    ``buffer`` (the host buffer, numpy and torch views), ``hx_dim`` (the
+    actor's: the env dimension of ``hx`` leaves, which the consumers of
+    batches read) and ``stats`` (the
     keys of :data:`rlplay.engine.rollout.STATS_KEYS`, documented there;
     here ``time_learner_wait`` equals ``time_collect``,
     ``time_worker_wait``, ``lag``, ``dropped`` and ``restarts`` are 0 and

@@ -65,7 +65,7 @@ the actor) and reports it; the learner raises it as
 type, message and traceback. A silent death raises
 :class:`~rlplay.engine.errors.WorkerDied` with the exit code or signal
 name, an exhausted wait :class:`~rlplay.engine.errors.RolloutTimeout`.
-Any of them (or Ctrl-C) breaks the generator (see :mod:`._base`): the
+Any of them (or Ctrl-C) breaks the generator (see :mod:`._states`): the
 worker is torn down at once, and every later ``next()`` raises the same
 error again, never a silent end of iteration. ``close()`` by the user ends
 the iteration (``StopIteration``).
@@ -88,13 +88,9 @@ import time
 from ..errors import RolloutTimeout
 from ..utils.mp import get_context
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Stats, Unpack, WorkerKeywords,
-                    check_arguments, spell_out, worker_spec)
+                    Deadline, Generator, Supervised, Unpack, WorkerKeywords,
+                    spell_out)
 from ._buffers import SharedBuffers
-from ._delivery import Delivery
-from ._params import SharedParams
-from ._resume import continuation, restore_counters
-from ._supervisor import Supervised
 
 __all__ = ["rollout", "Rollout"]
 
@@ -110,47 +106,32 @@ class Rollout(Supervised, Generator):
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
                  resume=None):
-        check_arguments(
-            actor, counts=[("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
+        run = self._begin(
+            "single", actor, dict(n_steps=n_steps, n_envs=n_envs,
+                                  sticky=sticky),
+            [("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
+            entropy=entropy, resume=resume, delivery=(device, pinned, copy),
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
-            sticky=sticky, check_spaces=check_spaces, restarts=restarts,
-            restart_delay=restart_delay, cpu_affinity=cpu_affinity)
+            restarts=restarts, restart_delay=restart_delay, sticky=sticky,
+            check_spaces=check_spaces, cpu_affinity=cpu_affinity)
         n_steps, n_envs = int(n_steps), int(n_envs)
-        self._settings = dict(n_steps=n_steps, n_envs=n_envs,
-                              sticky=bool(sticky))
-        self._run = run = continuation(resume, entropy, "single",
-                                       self._settings, 1)
-        self.delivery = Delivery(device, pinned, copy)
-        self.device = self.delivery.device
         mp_ctx = get_context(start_method)
-        self.actor = actor
-        self.timeout, self.start_timeout = timeout, start_timeout
         # the worker's actor is a CPU copy; the buffers are sized with it in
         # this process, from a probe env the factory makes and we close
-        spec, template, self._layout = worker_spec(
-            factory, actor, n_steps, n_envs, run.entropy, sticky=sticky,
-            env_info=env_info, final=final, check_spaces=check_spaces,
+        spec, template = self._probe(
+            factory, n_steps, n_envs, sticky=sticky, env_info=env_info,
+            final=final, check_spaces=check_spaces,
             cpu_affinity=cpu_affinity)
-        run.check_layout(self._layout)
-        self.params = SharedParams(actor, mp_ctx, version=run.version)
         self._held = None  # the arrival whose buffer the learner holds
         # the first batch of this part of the run (> 0 for a resume)
         self._first = run.counters.get("batches", 0)
-        try:
-            self._source = SharedBuffers(
-                template, 2, 1, spec, self.params,
-                what=f"two buffers of {n_steps} steps of {n_envs} envs",
-                start_method=mp_ctx.get_start_method(), run=run)
-            self.buffers = tuple(self._source.buffers)
-            self.stats = Stats(self._source.accounts)
-            restore_counters(self.stats, run.counters)
-        except BaseException:
-            self._close(graceful=False)
-            raise
-        self._supervise(mp_ctx, 1, self._source, name="rlplay-single",
-                        restarts=restarts, restart_delay=restart_delay,
-                        shutdown_timeout=shutdown_timeout, run=run)
+        self._workers(mp_ctx, 1, lambda params: SharedBuffers(
+            template, 2, 1, spec, params,
+            what=f"two buffers of {n_steps} steps of {n_envs} envs",
+            start_method=mp_ctx.get_start_method(), run=run),
+            name="rlplay-single")
+        self.buffers = tuple(self._source.buffers)
 
     def _next(self):
         # one step of the protocol in the module docstring
@@ -194,10 +175,8 @@ class Rollout(Supervised, Generator):
         counters; a continuation's parameters start at the version of the
         number of batches yielded. Valid in any state (after ``close()``
         too)."""
-        return self._run.state(
-            "single", self._settings, self._layout, self.stats,
-            self.stats["batches"], self._supervisor.positions(
-                self._source.ready))
+        return self._state(self.stats["batches"],
+                           self._supervisor.positions(self._source.ready))
 
     def _close(self, graceful):
         self.buffers = None  # the learner's views: the pool goes with them
@@ -263,7 +242,8 @@ def rollout(factory, actor, n_steps, n_envs, *, start_method=None,
     The attributes of ``feed``: ``buffers`` (the two shared host buffers,
     numpy and torch views), ``process`` and ``pid`` (the worker, of its
     current generation), ``params`` (the shared copy of the actor's
-    parameters, ``None`` once closed) and ``stats`` (the keys of
+    parameters, ``None`` once closed), ``hx_dim`` (the actor's, as
+    ``same``'s) and ``stats`` (the keys of
     :data:`rlplay.engine.rollout.STATS_KEYS`, documented there;
     ``dropped`` is always 0 and ``lag`` 1 after the first batch;
     ``workers`` holds the one worker's counts).
