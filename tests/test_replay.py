@@ -150,8 +150,9 @@ def test_versions_and_the_same_generators_layout():
 def test_sequences_start_with_the_stored_hx_and_carry_the_masks():
     T, n_envs = 4, 3
     actor = CountingActor()
-    replay = Replay(10_000, seed=0, actor=actor)
     with same.rollout(varying_factory, actor, T, n_envs, entropy=7) as feed:
+        replay = Replay(10_000, seed=0, actor=feed)  # its hx_dim, the actor's
+        assert replay.hx_dim == actor.hx_dim == 0
         for _, batch in zip(range(10), feed):
             replay.extend(batch)
     seeds = {(0, j): column_seeds(7, n_envs)[j] for j in range(n_envs)}

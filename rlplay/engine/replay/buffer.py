@@ -36,9 +36,9 @@ class Replay:
     example : Fragment, optional
         A batch (or a generator's buffer) to size the storage from now;
         otherwise the first batch given to :meth:`extend` does.
-    actor : BaseActorModule, optional
-        The actor of the generator, for its ``hx_dim``: with it, the
-        actor's state at row 0 of every fragment is kept, and
+    actor : BaseActorModule or generator, optional
+        The generator (its ``hx_dim``, which is its actor's) or its actor:
+        with it, the actor's state at row 0 of every fragment is kept, and
         :meth:`sample_sequences` draws windows that start there.
 
     Attributes
