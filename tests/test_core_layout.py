@@ -663,7 +663,7 @@ def test_nested_env_info_present_only_at_episode_ends():
 class StructuredActor(BaseActorModule):
     """Action (stepno % 3, [0.25, 0.5] * (pos[0] + 1)); reward therefore
     ``stepno % 3 + 0.75 * (t + 1)`` while the Box action stays within
-    its bounds of +-1 (collection clips it there)."""
+    its bounds of +-1 (the env gets it clipped there)."""
 
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
         scale = obs["pos"][..., :1] + 1
@@ -704,10 +704,11 @@ def test_dict_observations_and_tuple_actions():
     assert final["pair"][1][4, 0].tolist() == [0, 0, 1]
     assert final["pos"][3, 0].tolist() == [3, -3]  # elsewhere, obs itself
     # actions: a0 = stepno % 3 of the row before, a1 = [.25, .5] (t + 1)
-    # clipped into the Box(-1, 1) that the env executes and the row records
+    # as the actor chose them; the env executes them clipped into its
+    # Box(-1, 1), and the rewards are those of what it executed
     assert act[0][:, 0].tolist() == [0, 0, 1, 2, 0, 0]
     assert act[1][:, 0].tolist() == [[0, 0], [0.25, 0.5], [0.5, 1.0],
-                                     [0.75, 1.0], [1.0, 1.0], [0.25, 0.5]]
+                                     [0.75, 1.5], [1.0, 2.0], [0.25, 0.5]]
     assert npy.state.rew[:, 0].tolist() == [0, 0.75, 2.5, 3.75, 2.0, 0.75]
     # env 1 ends at rows 2 and 4
     assert npy.state.fin[:, 1].tolist() == [1, 0, 1, 0, 1, 0]

@@ -103,25 +103,27 @@ def test_multidiscrete_and_multibinary_actions():
 
 
 @pytest.mark.parametrize("check_spaces", ["first", "always", "never"])
-def test_box_actions_are_clipped_into_the_bounds_and_recorded_so(
+def test_box_actions_reach_the_env_clipped_and_are_recorded_as_chosen(
         check_spaces):
     """A Gaussian policy samples outside its Box (actions of +-13 reached
     HalfCheetah, which charges its control cost on the action as given):
     every action is clipped before the env gets it, whatever
-    check_spaces says, and state.act records what the env executed."""
+    check_spaces says, and state.act records what the actor chose (the
+    action its logp belongs to)."""
     envs = [SpacesEnv(BOX4, BOX4, constant(np.zeros(4))) for _ in range(2)]
     buffer, _ = run(envs, Scripted(default=13.0, bad=-13.0, at=[(2, 1)],
                                    dtype=torch.float32, shape=(4,)),
                     n_fragments=2, check_spaces=check_spaces)
     act = buffer.npy.state.act
-    assert ((act[1:] == 1.0) | (act[1:] == -1.0)).all()
+    assert ((act[1:] == 13.0) | (act[1:] == -13.0)).all()
     for env in envs:  # what the envs executed, step by step
         assert all(np.array_equal(a, np.clip(a, -1, 1)) for a in env.actions)
     # the one -13 (step 2 of the first fragment, env 1) reached env 1 as -1
     assert np.array_equal(envs[1].actions[2], -np.ones(4, np.float32))
     assert np.array_equal(envs[0].actions[2], np.ones(4, np.float32))
-    # the second fragment's rows are what env 1 executed after it
-    np.testing.assert_array_equal(act[1:, 1], np.stack(envs[1].actions[8:]))
+    # the second fragment's rows, clipped, are what env 1 executed after it
+    np.testing.assert_array_equal(np.clip(act[1:, 1], -1, 1),
+                                  np.stack(envs[1].actions[8:]))
 
 
 def test_nan_box_actions_are_refused_not_clipped():
@@ -148,7 +150,7 @@ def test_nested_box_actions_are_clipped_and_evaluate_clips_too():
     buffer, _ = run(envs, Wide())
     discrete, box = buffer.npy.state.act
     assert (discrete[1:] == 2).all()
-    assert (box[1:] == np.float32([-1.0, 0.25])).all()
+    assert (box[1:] == np.float32([-5.0, 0.25])).all()  # as chosen
     # the reward is a0 + sum(a1) of the action the env executed
     assert (buffer.npy.state.rew[1:] == np.float32(2 - 1.0 + 0.25)).all()
     returns, lengths = evaluate([StructuredEnv()], Wide(), 1)

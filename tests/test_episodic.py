@@ -189,11 +189,11 @@ def test_dict_observations_and_tuple_actions():
     assert pos.tolist() == [[0, 1, 2, 3]] * 4
     assert batch.obs["pair"][1].shape == (16, 3)
     assert batch.obs["pair"][1].dtype == torch.int8
-    # actions: (stepno % 3, [0.25, 0.5] * (t + 1)) clipped into the Box's
-    # +-1, as executed; rewards their sums
+    # actions: (stepno % 3, [0.25, 0.5] * (t + 1)) as the actor chose them;
+    # rewards the sums of what the envs executed, clipped into the Box's +-1
     assert batch.act[0].reshape(4, 3).tolist() == [[0, 1, 2]] * 4
     assert batch.act[1][:3].tolist() == [[0.25, 0.5], [0.5, 1.0],
-                                         [0.75, 1.0]]
+                                         [0.75, 1.5]]
     assert batch.rew[:3].tolist() == [0.75, 2.5, 3.75]
     assert batch.actor["flag"].reshape(4, 3).tolist() == [[0, 1, 0]] * 4
     check_packed_and_padded_agree(batch)

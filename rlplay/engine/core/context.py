@@ -114,7 +114,7 @@ class Context:
         self._fresh, self._reset_problem = False, None
         self._checks = None
         self._views = {}
-        # Box actions are clipped into their bounds before the env steps
+        # the envs get Box actions clipped into their bounds (see .layout)
         self.clip_actions = _envs.box_clipper(envs.action_space)
 
     def views(self, buffer):

@@ -99,7 +99,8 @@ class _Play:
         # the placeholder, as startup
         suply(np.copyto, self.npy.act, example.act)
         self.checks = None if mode == "never" else _SpaceChecks(envs)
-        self.clip = _envs.box_clipper(envs.action_space)  # as collect clips
+        # the envs get Box actions clipped into their bounds, as collect's
+        self.clip = _envs.box_clipper(envs.action_space)
         self.accounts = Accounts(n_envs)
         # a list of single envs is not reset by its step (an env whose
         # quota is played stays as it is), so the last observations are in
@@ -142,8 +143,6 @@ class _Play:
         act, self.hx, _ = self.policy.checked_step(self.row, self.hx,
                                                    self.row.act)
         copy_(self.row.act, act)
-        if self.clip is not None:
-            self.clip(npy.act)
         live = np.flatnonzero(self.active)
         if checking:
             checks.action(getitem(npy.act, live), t, live)
@@ -169,8 +168,9 @@ class _Play:
         # single envs are stepped where they play on, and reset here where
         # they play another episode; a batched source steps (and resets)
         # all its columns, the ended ones are filtered by `active`
-        ended, lost, casts = envs.step(
-            npy.act, self.out._replace(t=t),
+        ended, lost, casts = envs.step(  # Box actions clipped, as collect
+            npy.act if self.clip is None else self.clip(npy.act),
+            self.out._replace(t=t),
             live.tolist() if envs.can_freeze else None,
             autoreset=self.autoreset, check_casts=checking)
         if casts:

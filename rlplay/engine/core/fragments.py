@@ -222,14 +222,15 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                                                      step.act_out)
         copy_info(step.info_out, info)
         copy_act(step.act_out, act)
-        if clip is not None:  # recorded as the env executes it
-            clip(row_next.act)
         if checking:
             checks.action(row_next.act, t)
         for j in frozen:
             _freeze(step.row, row_next, views.final[t], step.out.final, j)
-        ended, lost, casts = envs.step(row_next.act, step.out, live,
-                                       check_casts=checking)
+        # the envs get Box actions clipped into their bounds; the row keeps
+        # the actor's (see .layout)
+        ended, lost, casts = envs.step(
+            row_next.act if clip is None else clip(row_next.act), step.out,
+            live, check_casts=checking)
         if casts:
             _raise_cast(casts[0])
         accounts.add(row_next.rew, live)

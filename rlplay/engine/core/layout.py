@@ -77,16 +77,16 @@ The env gets its own copy of each action (see :mod:`rlplay.engine.envs`):
 an env that edits or keeps its action never changes ``state.act``.
 
 Out-of-bound continuous actions. Every ``Box`` action (a leaf of the action
-space) is clipped into its bounds before the env gets it, whatever
-``check_spaces`` says, and ``state.act`` records the clipped action, the
-one the env executed (:func:`rlplay.engine.envs.box_clipper`): a Gaussian
-policy samples outside its ``Box``, and not every env clips (MuJoCo's
-HalfCheetah charges its control cost on the action as given). The actor's
-``info`` (a ``logp``) was computed for the action it chose: where that
-action was clipped, a learner that needs the ``logp`` of the recorded
-action recomputes it, or the actor keeps its actions inside the ``Box``
-(squashing with ``tanh``, say). NaN is not clipped: the space checks
-report it.
+space) reaches the env clipped into its bounds, whatever ``check_spaces``
+says, and ``state.act`` records the action the actor chose, the one whose
+log-probability it computed (:func:`rlplay.engine.envs.box_clipper`; as
+Stable-Baselines3 and CleanRL store the sampled action and clip the env's
+copy): a Gaussian policy samples outside its ``Box``, and not every env
+clips (MuJoCo's HalfCheetah charges its control cost on the action as
+given). The env executed ``clip(act, low, high)``, a function of the
+recorded action; an actor that wants the recorded action to be the
+executed one keeps it inside the ``Box`` (squashing with ``tanh``, say).
+NaN is not clipped: the space checks report it.
 
 Space checks (``check_spaces``, see :func:`~rlplay.engine.core.collect`):
 the actor's actions are checked against the action space before the envs

@@ -158,15 +158,15 @@ def space_checker(space, name="the value", space_name="the space", *,
 
 
 def box_clipper(space):
-    """Clip batches of actions into the ``Box`` leaves of ``space``, in
-    place.
+    """The actions that the envs get: batches of actions with their ``Box``
+    leaves clipped into their bounds, as new arrays.
 
     A Gaussian policy samples outside the bounds of its ``Box``, and not
     every env clips what it gets (MuJoCo's HalfCheetah computes its control
-    cost on the action as given), so collection clips every action into
-    its ``Box`` before the env gets it and records the clipped action, the
-    one the env executed (as Stable-Baselines3 clips in its policies and
-    CleanRL in a ``ClipAction`` wrapper, but recorded as executed). NaN is
+    cost on the action as given), so collection gives the envs every
+    action clipped into its ``Box``, and records the action that the actor
+    chose, whose log-probability the actor computed (as Stable-Baselines3
+    and CleanRL store the sampled action and clip the env's copy). NaN is
     left as it is, for the space checks to report.
 
     Parameters
@@ -176,49 +176,54 @@ def box_clipper(space):
 
     Returns
     -------
-    clip : callable or None
-        ``clip(batch)`` clips nested arrays laid out as the space, shape =
-        ``(N, *space.shape)`` per leaf, in place; ``None`` where ``space``
-        has no ``Box`` with a finite bound (nothing to clip).
+    clipped : callable or None
+        ``clipped(batch)``: nested arrays laid out as the space, shape =
+        ``(N, *space.shape)`` per leaf, the ``Box`` leaves clipped into new
+        arrays, the others as they are (``batch`` is left unchanged);
+        ``None`` where ``space`` has no ``Box`` with a finite bound
+        (nothing to clip).
 
     Examples
     --------
-    >>> clip = box_clipper(spaces.Box(-1.0, 1.0, (2,), np.float32))
+    >>> clipped = box_clipper(spaces.Box(-1.0, 1.0, (2,), np.float32))
     >>> actions = np.array([[0.5, -13.0], [2.0, 1.0]], np.float32)
-    >>> clip(actions)
-    >>> actions
+    >>> clipped(actions)
     array([[ 0.5, -1. ],
            [ 1. ,  1. ]], dtype=float32)
+    >>> actions[0, 1]
+    np.float32(-13.0)
+    >>> nested = box_clipper(spaces.Tuple((spaces.Discrete(2), spaces.Box(
+    ...     0.0, 1.0, (1,), np.float32))))
+    >>> nested((np.array([1]), np.array([[2.5]], np.float32)))
+    (array([1]), array([[1.]], dtype=float32))
     >>> box_clipper(spaces.Discrete(3)) is None
     True
     """
     space_example(space)  # raises for unsupported spaces
-    boxes = []
-    _boxes(space, (), boxes)
-    if not boxes:
-        return None
-
-    def clip(batch):
-        for path, low, high in boxes:
-            x = batch
-            for key in path:
-                x = x[key]
-            np.clip(x, low, high, out=x)
-
-    return clip
+    return _clipper(space)
 
 
-def _boxes(space, path, boxes):
-    """Append ``(path, low, high)`` per ``Box`` leaf with a finite bound."""
+def _clipper(space):
+    """``box_clipper``'s function for ``space`` (``None``: nothing to
+    clip in it)."""
+    if isinstance(space, spaces.Box):
+        if not (np.isfinite(space.low).any() or np.isfinite(space.high).any()):
+            return None
+        low, high = space.low, space.high
+        return lambda x: np.clip(x, low, high)
     if isinstance(space, spaces.Dict):
-        for key, sub in space.spaces.items():
-            _boxes(sub, (*path, key), boxes)
-    elif isinstance(space, spaces.Tuple):
-        for k, sub in enumerate(space.spaces):
-            _boxes(sub, (*path, k), boxes)
-    elif isinstance(space, spaces.Box) and (
-            np.isfinite(space.low).any() or np.isfinite(space.high).any()):
-        boxes.append((path, space.low, space.high))
+        parts = {key: _clipper(sub) for key, sub in space.spaces.items()}
+        if all(part is None for part in parts.values()):
+            return None
+        return lambda x: {key: x[key] if part is None else part(x[key])
+                          for key, part in parts.items()}
+    if isinstance(space, spaces.Tuple):
+        parts = [_clipper(sub) for sub in space.spaces]
+        if all(part is None for part in parts):
+            return None
+        return lambda x: tuple(v if part is None else part(v)
+                               for part, v in zip(parts, x))
+    return None
 
 
 def _leaf_tests(space, path, leaves, box_bounds):
