@@ -54,10 +54,10 @@ keyword             default    meaning
                                spaces, and rewards for NaN, during each
                                worker's first fragment
                                (``'first'``), every step (``'always'``) or
-                               never (``'never'``); ``Box`` actions are
-                               clipped into their bounds before the env
-                               steps whatever it says, and recorded as
-                               clipped (:mod:`rlplay.engine.core`)
+                               never (``'never'``); ``Box`` actions reach
+                               the env clipped into their bounds whatever
+                               it says, and are recorded as the actor
+                               chose them (:mod:`rlplay.engine.core`)
 ``start_method``    ``None``   ``'forkserver'`` (the default), ``'spawn'``
                                or ``'fork'``; under the first two a script
                                makes generators under
