@@ -330,7 +330,7 @@ def main(argv=None):
                         help="a comma-separated subset of delivery (with "
                         "the bandwidth), train, inference")
     parser.add_argument("--quick", action="store_true",
-                        help="a tiny run: 2 workers of 2 envs, 2 rounds "
+                        help="a tiny run: 2 workers of 2 envs, 1 round "
                         "of 0.3 s, n in 8 and 64")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -343,7 +343,7 @@ def main(argv=None):
     args.sizes = INFERENCE_SIZES
     if args.quick:
         args.actors, args.envs, args.steps, args.per_batch = 2, 2, 8, 2
-        args.rounds, args.seconds, args.sizes = 2, 0.3, (8, 64)
+        args.rounds, args.seconds, args.sizes = 1, 0.3, (8, 64)
         args.copies = 5
     args.sections = set(args.sections.split(","))
     unknown = args.sections - {"delivery", "train", "inference"}
