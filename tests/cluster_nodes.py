@@ -37,25 +37,13 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 sys.path.insert(0, HERE)
 from bounds import (CLUSTER_SCRIPT as DEADLINE,  # noqa: E402
                     RAY_START as REPLACEMENT_BOUND, RAY_STEADY as BOUND)
+from procs import descendants as all_descendants  # noqa: E402
 PR_SET_CHILD_SUBREAPER = 36
 
 
 def descendants(pid):
-    """Every live descendant of ``pid`` (``/proc``)."""
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:  # it ended meanwhile
-            continue
-        for task in tasks:
-            with contextlib.suppress(OSError), \
-                    open(f"/proc/{parent}/task/{task}/children") as f:
-                children = [int(c) for c in f.read().split()]
-                found += children
-                todo += children
-    return found
+    """Every descendant of ``pid`` (``/proc``), as a list."""
+    return list(all_descendants(pid))
 
 
 def cmdline(pid):

@@ -7,6 +7,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from procs import children  # noqa: E402
+
 # helper processes of multiprocessing itself that outlive a test by design
 _PERSISTENT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
@@ -25,19 +27,7 @@ _RAY_ROOTS = set()
 _RAY_IDLE = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
-def _direct_children(pid):
-    pids = set()
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return pids
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                pids.update(int(child) for child in f.read().split())
-        except OSError:
-            pass
-    return pids
+_direct_children = children  # the name the tests import
 
 
 def _ray_own(cmd):

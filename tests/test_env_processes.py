@@ -18,6 +18,7 @@ from contextlib import closing
 import pytest
 
 from envs import hanging_vector
+from procs import descendants as _descendants
 from generators import METHODS, CountingActor, gone, make, raises_within
 from rlplay.engine.errors import RolloutTimeout, WorkerDied
 
@@ -40,25 +41,6 @@ def _wait_hung(marker_dir, n=K):
         assert time.monotonic() < deadline, "the env's processes never hung"
         time.sleep(0.01)
     return _pids(marker_dir, "hung")
-
-
-def _descendants(pid):
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    kids = {int(k) for k in f.read().split()}
-            except OSError:
-                continue
-            todo.extend(kids - out)
-            out |= kids
-    return out
 
 
 def _all_gone(pids, bound=GONE_BOUND):

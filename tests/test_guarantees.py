@@ -39,6 +39,7 @@ from torch import nn
 from envs import (CountingEnv, HelperProcessEnv, LateErrorEnv, SpacesEnv, StallEnv,
                   StampedFailure, stalling_factory)
 from generators import METHODS, make as make_generator, running
+from procs import descendants as all_descendants
 from rlplay.engine import (BaseActorModule, CapacityError, PolicyActor,
                            RolloutError, RolloutTimeout, WorkerDied,
                            WorkerError, pool)
@@ -91,22 +92,7 @@ def wait_until(condition, bound, step=0.02):
 
 def descendants(pid):
     """The live descendants of process ``pid``."""
-    found, todo = set(), [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    children = {int(child) for child in f.read().split()}
-            except OSError:
-                continue
-            todo.extend(children - found)
-            found |= children
-    return {p for p in found if running(p)}
+    return {p for p in all_descendants(pid) if running(p)}
 
 
 def semaphores(pid):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import _direct_children
+from procs import descendants as _descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -32,15 +32,6 @@ def _script(tmp_path):
     path = tmp_path / "long_runs.py"
     path.write_text(blocks[0])
     return path
-
-
-def _descendants(pid):
-    found, todo = [], [pid]
-    while todo:
-        children = _direct_children(todo.pop())
-        found += children
-        todo += children
-    return found
 
 
 def _alive(pid):
