@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import sys
 import threading
@@ -173,3 +174,20 @@ def no_child_left_behind():
             except OSError:
                 pass
         pytest.fail(f"the test left child processes behind: {left}")
+
+
+# doctests of optional parts: an example that needs an extra runs where
+# the extra is installed and is skipped, saying which, where it is not
+# (this hook sees every item of the session, rlplay's doctests included):
+# the module whose examples need an extra, and the package it installs
+_EXTRAS = {"rlplay.engine.rollout.cluster": "ray"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not isinstance(item, pytest.DoctestItem):
+            continue
+        needs = _EXTRAS.get(item.dtest.globs.get("__name__", ""))
+        if needs and importlib.util.find_spec(needs) is None:
+            item.add_marker(pytest.mark.skip(
+                reason=f"the example needs {needs} (an optional extra)"))

@@ -57,7 +57,7 @@ import torch
 
 from envs import (CountingEnv, counting_factory, flaky_factory, claim,
                   in_worker, random_crash_factory)
-from conftest import _direct_children
+from procs import children as _direct_children
 from generators import (METHODS, ActorFailure, CountingActor, RaisesAfter,
                         assert_fragments_equal,
                         identities, make as make_generator, slot,
