@@ -24,12 +24,12 @@ without_cuda = pytest.mark.skipif(torch.cuda.is_available(),
                                   reason="CUDA is available")
 
 
-def make_kind(kind, **kwargs):
+def make_kind(kind, start_method=None, **kwargs):
     """Fragments of 5 steps of 4 envs; ``multi``: one worker, one fragment
-    per batch (the same fragments in every run); the library's default
-    start method."""
+    per batch (the same fragments in every run); ``start_method`` of the
+    process generators (``None``: the library's default)."""
     if kind != "same":  # same.rollout has no timeouts
-        kwargs = dict(timeout=30.0, start_method=None, **kwargs)
+        kwargs = dict(timeout=30.0, start_method=start_method, **kwargs)
     return make(kind, mixed_factory, CountingActor(), 5, 4, n_actors=1,
                 n_buffers=2, n_per_batch=1, entropy=7, env_info=ENV_INFO,
                 **kwargs)
@@ -115,14 +115,6 @@ def test_multi_collates_on_the_device():
 
 # ------------------------------------------- every start method, on a GPU --
 
-def _method_maker(kind, method, **kwargs):
-    """Fragments of 5 steps of 4 envs from one worker of ``kind``
-    (``single`` or ``multi``) started by ``method``."""
-    return make(kind, mixed_factory, CountingActor(), 5, 4, n_actors=1,
-                n_buffers=2, n_per_batch=1, entropy=7, env_info=ENV_INFO,
-                timeout=30.0, start_method=method, **kwargs)
-
-
 @needs_cuda
 @pytest.mark.parametrize("kwargs", [dict(device="cuda"), dict(pinned=True)],
                          ids=["device", "pinned"])
@@ -131,8 +123,8 @@ def _method_maker(kind, method, **kwargs):
 def test_delivery_under_each_start_method(kind, method, kwargs):
     """The batches on the device (or page-locked) equal the host batches of
     the same run, whichever way the worker was started."""
-    host = _method_maker(kind, method)
-    other = _method_maker(kind, method, **kwargs)
+    host = make_kind(kind, method)
+    other = make_kind(kind, method, **kwargs)
     with closing(host), closing(other):
         for want, got in itertools.islice(zip(host, other), 6):
             for x in flatten(got):

@@ -178,10 +178,12 @@ def box_clipper(space):
     -------
     clipped : callable or None
         ``clipped(batch)``: nested arrays laid out as the space, shape =
-        ``(N, *space.shape)`` per leaf, the ``Box`` leaves clipped into new
-        arrays, the others as they are (``batch`` is left unchanged);
-        ``None`` where ``space`` has no ``Box`` with a finite bound
-        (nothing to clip).
+        ``(N, *space.shape)`` per leaf, the ``Box`` leaves clipped into
+        arrays of the clipper's own, reused by its next call (no
+        allocation per step: the env batch copies what each env gets),
+        the others as they are (``batch`` is left unchanged); ``None``
+        where ``space`` has no ``Box`` with a finite bound (nothing to
+        clip).
 
     Examples
     --------
@@ -209,8 +211,15 @@ def _clipper(space):
     if isinstance(space, spaces.Box):
         if not (np.isfinite(space.low).any() or np.isfinite(space.high).any()):
             return None
-        low, high = space.low, space.high
-        return lambda x: np.clip(x, low, high)
+        low, high, scratch = space.low, space.high, {}
+
+        def clipped(x):  # into an array of its own, reused from call to call
+            out = scratch.get((x.shape, x.dtype))
+            if out is None:
+                out = scratch[x.shape, x.dtype] = np.empty_like(x)
+            return np.clip(x, low, high, out=out)
+
+        return clipped
     if isinstance(space, spaces.Dict):
         parts = {key: _clipper(sub) for key, sub in space.spaces.items()}
         if all(part is None for part in parts.values()):
