@@ -75,6 +75,9 @@ class Data:
             rs = slice(k * T, k * T + T + 1)
             length = np.where(fin[rs], 5, 0)
             length[0] = 0
+            # every row but 0 is a transition (no frozen rows, no lost calls)
+            moved = torch.ones(T + 1, B, dtype=torch.bool)
+            moved[0] = False
             self.fragments.append(Fragment(
                 state=State(stepno=torch.zeros(T + 1, B, dtype=torch.int64),
                             obs=torch.from_numpy(obs[rs].copy()),
@@ -89,7 +92,8 @@ class Data:
                 meta=Meta(version=torch.zeros(B, dtype=torch.int64),
                           worker=torch.zeros(B, dtype=torch.int64),
                           env=torch.arange(B), seq=torch.zeros(B, dtype=torch.int64),
-                          generation=torch.zeros(B, dtype=torch.int64))))
+                          generation=torch.zeros(B, dtype=torch.int64)),
+                acted=moved))
         # transitions, row t -> t + 1, for the peers
         self.transitions = []
         for k in range(n):

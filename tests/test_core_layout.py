@@ -86,7 +86,7 @@ def check_fragment(fragment, expected):
         "act": fragment.state.act, "rew": fragment.state.rew,
         "fin": fragment.state.fin, "truncated": fragment.truncated,
         "final": fragment.final, "ret": fragment.stats.ret,
-        "length": fragment.stats.length,
+        "length": fragment.stats.length, "acted": fragment.acted,
         "env_t": fragment.env["t"], "mask_t": fragment.env_mask["t"],
         "env_done": fragment.env["done"],
         "mask_done": fragment.env_mask["done"],
@@ -359,13 +359,14 @@ def simulate(configs, n_steps, n_fragments, sticky=False):
     n_envs, T = len(configs), n_steps
     counters = [{"t": 0, "ep": 0} for _ in configs]
     zero = {"stepno": 0, "obs": 0, "act": 0, "rew": 0, "fin": 1,
-            "truncated": 0, "final": 0, "ret": 0, "length": 0}
+            "truncated": 0, "final": 0, "ret": 0, "length": 0, "acted": 0}
     last = [dict(zero) for _ in configs]
     running = [[0, 0] for _ in configs]
     hx = [0] * n_envs
     fragments = []
     for _ in range(n_fragments):
-        rows = [last]
+        # row 0 repeats row T of the previous fragment, and is no transition
+        rows = [[dict(row, acted=0) for row in last]]
         env = {name: [[0] * T for _ in configs]
                for name in ("env_t", "mask_t", "env_done", "mask_done")}
         hx_rows = [[0] * (T + 1) for _ in configs]
@@ -378,7 +379,7 @@ def simulate(configs, n_steps, n_fragments, sticky=False):
                 hx[j] += 1
                 if frozen[j]:
                     new.append(dict(row, rew=0, truncated=0, ret=0, length=0,
-                                    fin=1))
+                                    fin=1, acted=0))
                     continue
                 action = (row["obs"] + row["stepno"]) % 5
                 c = counters[j]
@@ -400,14 +401,14 @@ def simulate(configs, n_steps, n_fragments, sticky=False):
                                 "act": action, "rew": action, "fin": 1,
                                 "truncated": int(trunc and not term),
                                 "final": obs, "ret": running[j][0],
-                                "length": running[j][1]})
+                                "length": running[j][1], "acted": 1})
                     running[j] = [0, 0]
                     frozen[j] = sticky
                 else:
                     new.append({"stepno": row["stepno"] + 1, "obs": obs,
                                 "act": action, "rew": action, "fin": 0,
                                 "truncated": 0, "final": obs, "ret": 0,
-                                "length": 0})
+                                "length": 0, "acted": 1})
             ended = [bool(r["fin"]) for r in new]
             for j in range(n_envs):
                 if ended[j]:
@@ -486,7 +487,7 @@ def test_env_axes():
     axes = env_axes()
     assert isinstance(axes, Fragment)
     assert axes == Fragment(state=1, truncated=1, final=1, actor=1, env=1,
-                            env_mask=1, hx=1, stats=1, meta=0)
+                            env_mask=1, hx=1, stats=1, meta=0, acted=1)
     assert env_axes(0) == axes._replace(hx=0)
     assert env_axes(2) == axes._replace(hx=2)
 
@@ -596,12 +597,43 @@ def test_acted_rows():
     assert n_sticky and n_frozen  # frozen rows were there to leave out
 
 
-def test_acted_leaves_the_fragment_alone(sticky):
-    fragment, _ = sticky[0]
-    fin, length = fragment.state.fin.copy(), fragment.stats.length.copy()
-    acted(fragment)
-    np.testing.assert_array_equal(fragment.state.fin, fin)
-    np.testing.assert_array_equal(fragment.stats.length, length)
+# where episodes start and end, by env (rows 0..T of the first fragment of
+# the worked example, plain and sticky)
+EDGES = {
+    "starts": [[1, 0, 1, 0, 1], [1, 0, 0, 1, 0], [1, 0, 0, 1, 0]],
+    "ends": [[0, 0, 1, 0, 1], [0, 0, 0, 1, 0], [0, 0, 0, 1, 0]],
+    "terminated": [[0, 0, 1, 0, 1], [0] * 5, [0, 0, 0, 1, 0]],
+    "truncated": [[0] * 5, [0, 0, 0, 1, 0], [0] * 5],
+}
+# sticky: a frozen row starts nothing (row T, the reset observation the
+# next fragment goes on from, does)
+STICKY_EDGES = {
+    "starts": [[1, 0, 0, 0, 1], [1, 0, 0, 0, 1], [1, 0, 0, 0, 1]],
+    "ends": [[0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 0]],
+    "terminated": [[0, 0, 1, 0, 0], [0] * 5, [0, 0, 0, 1, 0]],
+    "truncated": [[0] * 5, [0, 0, 0, 1, 0], [0] * 5],
+}
+
+
+@pytest.mark.parametrize("kind", ["plain", "sticky"])
+def test_episode_edges(worked, sticky, kind):
+    fragment = (worked if kind == "plain" else sticky)[0][0]
+    want = EDGES if kind == "plain" else STICKY_EDGES
+    for views in (fragment, as_torch(fragment)):
+        edges = core.episode_edges(views)
+        assert isinstance(edges, core.EpisodeEdges)
+        for name, rows in want.items():
+            got = getattr(edges, name)
+            assert type(got) is type(views.state.fin)
+            assert columns(got) == rows, name
+    # the fragment is left as it was
+    check_fragment(fragment, FIRST if kind == "plain" else STICKY_FIRST)
+
+
+def test_acted_needs_the_field(worked):
+    fragment = worked[0][0]._replace(acted=None)
+    with pytest.raises(ValueError, match="no acted field"):
+        acted(fragment)
 
 
 def episode_stats_before(fragment):

@@ -26,6 +26,7 @@ from envs import ENV_INFO, EndsEnv, LateVectorEnv, ends_vector, late_vector
 from generators import (CountingActor, assert_fragments_equal, make,
                         without_version)
 from rlplay.engine import acted, episode_stats
+from rlplay.engine.core import episode_edges
 from rlplay.engine.nested import suply
 from rlplay.engine.returns import gae, returns
 from rlplay.engine.rollout import Evaluator, multi, same, single
@@ -211,6 +212,10 @@ def test_same_and_single_agree_on_lost_calls_and_final_is_obs_there():
         lost[0] = False
         n_lost += int(lost.sum())
         assert torch.equal(y.final[lost], y.state.obs[lost])
+        # a lost call starts the next episode and ends none
+        edges = episode_edges(y)
+        assert bool(edges.starts[lost].all())
+        assert not bool(edges.ends[lost].any())
     assert n_lost > 4
 
 class TenthEnv(EndsEnv):

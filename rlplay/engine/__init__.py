@@ -2,9 +2,9 @@
 from .actor import BaseActorModule, PolicyActor, check_actor
 from .errors import (CapacityError, RemoteTraceback, RolloutError,
                      RolloutTimeout, WorkerDied, WorkerError)
-from .core import (Context, EpisodeStats, Fragment, Meta, State, acted,
-                   collect, columns, env_axes, episode, episode_stats,
-                   evaluate, prepare, startup)
+from .core import (Context, EpisodeEdges, EpisodeStats, Fragment, Meta,
+                   State, acted, collect, columns, env_axes, episode,
+                   episode_edges, episode_stats, evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
 from .norm import RunningNorm
@@ -16,8 +16,9 @@ __all__ = [
     "BaseActorModule", "PolicyActor", "check_actor",
     "CapacityError", "RemoteTraceback", "RolloutError", "RolloutTimeout",
     "WorkerDied", "WorkerError",
-    "Context", "EpisodeStats", "Fragment", "Meta", "State",
-    "acted", "collect", "columns", "env_axes", "episode", "episode_stats",
+    "Context", "EpisodeEdges", "EpisodeStats", "Fragment", "Meta", "State",
+    "acted", "collect", "columns", "env_axes", "episode", "episode_edges",
+    "episode_stats",
     "evaluate", "prepare", "startup",
     "StructureError", "check_structure", "flatten", "getitem", "setitem",
     "suply", "tuply",

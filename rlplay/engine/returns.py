@@ -27,12 +27,9 @@ e.g. with ``live = acted(fragment)[1:]``, shape ``(T, B)``.
 import numpy as np
 import torch
 
+from .core.layout import terminated
+
 __all__ = ["returns", "gae", "n_step", "terminated", "frozen"]
-
-
-def terminated(fin, truncated):
-    """Rows whose transition ended an episode by termination."""
-    return fin & ~truncated
 
 
 def frozen(fin):
@@ -101,7 +98,8 @@ def _bootstrap(fin, truncated, value, value_final):
     elif bool((truncated).any()):
         raise ValueError("the fragment has truncations: pass value_final, "
                          "the values of the final observations")
-    return torch.where(fin & ~truncated, torch.zeros_like(next_value),
+    return torch.where(terminated(fin, truncated),
+                       torch.zeros_like(next_value),
                        next_value)
 
 

@@ -10,7 +10,8 @@ code that calls ``env.step``).
   of each field (:func:`env_axes`), selecting env columns
   (:func:`columns`), which rows an executed action led to (:func:`acted`,
   which :func:`episode_stats` and the masks of :mod:`rlplay.engine.returns`
-  follow), and the validators of the arguments that size a fragment;
+  follow), where episodes start and end (:func:`episode_edges`), and the
+  validators of the arguments that size a fragment;
 - :mod:`.policy`: the policy seam, through which both loops call the
   actor (:class:`LocalPolicy`);
 - :mod:`.accounting`: one episode accounting for both loops
@@ -30,9 +31,10 @@ from .accounting import Accounts
 from .context import Context
 from .episodes import episode, evaluate
 from .fragments import collect, prepare, startup
-from .layout import (CHECK_SPACES, EpisodeStats, Fragment, Meta, State,
-                     acted, check_count, check_spaces_mode, check_sticky,
-                     columns, env_axes, episode_stats)
+from .layout import (CHECK_SPACES, EpisodeEdges, EpisodeStats, Fragment,
+                     Meta, State, acted, check_count, check_spaces_mode,
+                     check_sticky, columns, env_axes, episode_edges,
+                     episode_stats)
 from .policy import LocalPolicy
 
 __all__ = [
@@ -46,6 +48,8 @@ __all__ = [
     "env_axes",
     "columns",
     "acted",
+    "EpisodeEdges",
+    "episode_edges",
     "Context",
     "prepare",
     "startup",

@@ -17,13 +17,13 @@ __all__ = ["Context"]
 
 
 _Step = namedtuple("_Step", "actor_in act_out info_out row row_next out "
-                            "ret length")
+                            "ret length acted")
 _Step.__doc__ = """What step ``t`` of a fragment reads and writes: the
 actor's input (torch row ``t``) and where its action and info go (torch),
 the numpy state rows ``t`` and ``t + 1``, the
 :class:`~rlplay.engine.envs.RowOut` the env batch writes (its rewards into
-the accounts' float64 scratch), and the episode statistics of row
-``t + 1``."""
+the accounts' float64 scratch), and the episode statistics and the
+``acted`` flags of row ``t + 1``."""
 
 
 class _Views:
@@ -51,7 +51,8 @@ class _Views:
                              truncated=npy.truncated[t + 1],
                              final=final[t + 1], info=getitem(npy.env, t),
                              info_mask=getitem(npy.env_mask, t)),
-                  ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1])
+                  ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1],
+                  acted=npy.acted[t + 1])
             for t in range(T1 - 1)]
         # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
         # scratch with views of it shaped to broadcast against every obs

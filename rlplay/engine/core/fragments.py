@@ -83,6 +83,7 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
                                  np.zeros((), np.int64)), T1, n_envs),
         meta=alloc(Meta(*[np.zeros((), np.int64)] * len(Meta._fields)),
                    n_envs),
+        acted=alloc(np.zeros((), bool), T1, n_envs),
     )
     return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
 
@@ -226,6 +227,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             checks.action(row_next.act, t)
         for j in frozen:
             _freeze(step.row, row_next, views.final[t], step.out.final, j)
+            step.acted[j] = False
         # the envs get Box actions clipped into their bounds; the row keeps
         # the actor's (see .layout)
         ended, lost, casts = envs.step(
@@ -241,6 +243,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                                    _final_label(t), ended)
         if lost:  # the new episodes start here (see .layout)
             accounts.lose(lost, t)
+            step.acted[lost] = False
             if step.out.final is not None:
                 # no episode ended here: `final` is the observation itself,
                 # not what the reused buffer held (the end of fragment
@@ -281,6 +284,9 @@ def _begin_fragment(npy, ctx):
     npy.truncated.fill(False)
     npy.stats.ret.fill(0)
     npy.stats.length.fill(0)
+    # every row but 0 is a transition unless the loop says otherwise
+    npy.acted.fill(True)
+    npy.acted[0] = False
     suply(np.copyto, _row_fields(npy, 0), ctx.last)
     # env info is written only where present: clear the whole fragment once
     # so that absent keys read zero, not what the reused buffer held before

@@ -3,9 +3,13 @@ rows are transitions, where episodes start and end, and the validators of
 the arguments that size it. Every other module of :mod:`rlplay.engine.core`
 (and every consumer of fragments) reads these facts here instead of
 re-deriving them: :func:`env_axes` (which axis of each field is the env
-axis), :func:`columns` (selecting env columns), :func:`acted` (which rows
-an executed action led to, which :func:`episode_stats` and the masks of
-:mod:`rlplay.engine.returns` follow).
+axis), :func:`columns` (selecting env columns), :func:`acted` (the
+``acted`` field: which rows an executed action led to, which
+:func:`episode_stats` and the masks of :mod:`rlplay.engine.returns`
+follow), :func:`episode_edges` (where episodes start and end, and whether
+an end was a termination or a truncation: what the episodes of
+:mod:`rlplay.engine.episodic`, the nodes of :mod:`rlplay.engine.replay` and
+:func:`rlplay.engine.returns.terminated` read).
 
 The layout of a fragment of ``T = n_steps`` steps of ``B`` envs
 (time-major; row ``t`` of ``state`` holds ``x_t`` and what led to it):
@@ -24,6 +28,10 @@ field                    shape            row ``t`` holds
                                           ended an episode
 ``truncated``            (1 + T, B) bool  that end was a truncation (time
                                           limit), not a termination
+``acted``                (1 + T, B) bool  an executed action led to row
+                                          ``t`` (a transition): false at
+                                          row 0, at frozen rows and at
+                                          lost calls (:func:`acted`)
 ``final``                (1 + T, B, ...)  the observation the transition
                                           into row ``t`` produced, before
                                           any reset: the true last
@@ -127,7 +135,7 @@ a copy of that ``obs`` (no episode ended there), no episode statistics and
 no env info: ``fin[t + 1]`` still means that ``obs[t + 1]``
 starts the next episode, and the action recorded there (``act[t + 1]``,
 chosen at row ``t``) was never executed. Such a row, as a frozen one, is
-no transition: :func:`acted` is false there, and
+no transition: ``acted`` is false there, and
 :func:`episode_stats`, ``mask=~acted(fragment)`` of the returns, and
 every consumer of fragments leave it out. Every other source (single
 envs, same-step or disabled autoreset, a source that resets an env alone)
@@ -136,6 +144,7 @@ gives exactly the layout of a list of single envs.
 from collections import namedtuple
 
 import numpy as np
+import torch
 
 from .. import envs as _envs
 from ..nested import getitem, suply
@@ -143,7 +152,8 @@ from ..nested import getitem, suply
 __all__ = [
     "CHECK_SPACES", "State", "EpisodeStats", "Meta", "Fragment",
     "check_count", "check_spaces_mode", "check_sticky", "env_axes",
-    "columns", "acted", "episode_stats",
+    "columns", "acted", "EpisodeEdges", "episode_edges", "terminated",
+    "episode_stats",
 ]
 
 # the values of collect()'s and evaluate()'s check_spaces=
@@ -155,7 +165,8 @@ State = namedtuple("State", "stepno obs act rew fin")
 EpisodeStats = namedtuple("EpisodeStats", "ret length")
 Meta = namedtuple("Meta", "version worker env seq generation")
 Fragment = namedtuple(
-    "Fragment", "state truncated final actor env env_mask hx stats meta")
+    "Fragment", "state truncated final actor env env_mask hx stats meta "
+                "acted", defaults=(None,))
 Fragment.__doc__ = """A fragment of ``T`` steps of ``B`` envs; see
 :mod:`rlplay.engine.core.layout`."""
 
@@ -221,7 +232,7 @@ def env_axes(hx_dim=1):
     ints: 1 for the time-major fields, ``hx_dim`` (the actor's) for
     ``hx``, 0 for ``meta``."""
     return Fragment(state=1, truncated=1, final=1, actor=1, env=1,
-                    env_mask=1, hx=hx_dim, stats=1, meta=0)
+                    env_mask=1, hx=hx_dim, stats=1, meta=0, acted=1)
 
 
 def columns(fragment, index, hx_dim=1):
@@ -238,13 +249,15 @@ def columns(fragment, index, hx_dim=1):
 
 
 def acted(fragment):
-    """The rows of a fragment that an executed action led to.
+    """The rows of a fragment that an executed action led to: its
+    ``acted`` field (the array itself, not a copy), written by the
+    fragment loop.
 
     Rows ``1 .. T`` but the frozen rows of a sticky fragment (those after
-    an env's episode ended) and the lost calls of a next-step source: rows
-    with ``fin`` set and no episode statistics (see the module docstring);
-    row 0 repeats the previous fragment's row ``T`` and is never counted.
-    Episode statistics, and the masks of
+    an env's episode ended) and the lost calls of a next-step source (see
+    the module docstring); row 0 repeats the previous fragment's row ``T``
+    and is never counted. Episode statistics, the episode edges
+    (:func:`episode_edges`), and the masks of
     :func:`rlplay.engine.returns.returns` and
     :func:`~rlplay.engine.returns.gae` (``mask=~acted(fragment)``), follow
     it.
@@ -257,11 +270,63 @@ def acted(fragment):
     Returns
     -------
     mask : bool array or tensor (as ``fragment``), shape = (1 + T, B)
+
+    Raises
+    ------
+    ValueError
+        A fragment without the field (``acted=None``), e.g. one built by
+        hand.
     """
-    fin, length = fragment.state.fin, fragment.stats.length
-    mask = ~(fin & (length == 0))
-    mask[0] = False
-    return mask
+    if fragment.acted is None:
+        raise ValueError("the fragment has no acted field (acted=None): "
+                         "it says which rows an executed action led to "
+                         "(see rlplay.engine.core.layout)")
+    return fragment.acted
+
+
+EpisodeEdges = namedtuple("EpisodeEdges", "starts ends terminated truncated")
+EpisodeEdges.__doc__ = """Where episodes start and end in a fragment: four
+``(1 + T, B)`` bool arrays or tensors (see :func:`episode_edges`)."""
+
+
+def terminated(fin, truncated):
+    """The rows whose transition ended an episode by termination (not by
+    truncation): ``fin & ~truncated``; arrays or tensors."""
+    return fin & ~truncated
+
+
+def episode_edges(fragment):
+    """Where the episodes of a fragment start and end.
+
+    Parameters
+    ----------
+    fragment : Fragment
+        numpy or torch views (any number of env columns).
+
+    Returns
+    -------
+    EpisodeEdges
+        ``(1 + T, B)`` bool arrays or tensors (as ``fragment``):
+
+        - ``starts``: row ``t`` holds the first observation of an episode
+          (``fin``) that an executed action continues in this fragment
+          (``acted[t + 1]``); at row ``T``, every ``fin`` (whether the
+          episode goes on is known in the next fragment). A frozen row or
+          a lost call starts nothing: the episode starts at the last row
+          before its first transition.
+        - ``ends``: an executed action ended an episode at row ``t``
+          (``acted & fin``): ``final[t]`` holds its last observation,
+          ``stats`` its return and length.
+        - ``terminated``, ``truncated``: the ends by termination, and by
+          truncation (a time limit: bootstrap from ``final``).
+    """
+    fin, moved = fragment.state.fin, acted(fragment)
+    starts = fin.clone() if isinstance(fin, torch.Tensor) else fin.copy()
+    starts[:-1] &= moved[1:]
+    ends = moved & fin
+    return EpisodeEdges(starts=starts, ends=ends,
+                        terminated=terminated(ends, fragment.truncated),
+                        truncated=ends & fragment.truncated)
 
 
 
@@ -281,7 +346,7 @@ def episode_stats(fragment):
         to (:func:`acted`: rows ``1..T``, row 0 repeating the previous
         fragment), in row-major order.
     """
-    ended = np.asarray(acted(fragment) & fragment.state.fin)
+    ended = np.asarray(episode_edges(fragment).ends)
     ret, length = fragment.stats
     return np.asarray(ret)[ended], np.asarray(length)[ended]
 

@@ -165,7 +165,8 @@ class _Nodes:
             suply(lambda dst: dst.__setitem__(at, 0), data["info"])
         store["rew"][slots] = np.where(place.arrival, parts["rew"][t, j], 0)
         store["end"][slots] = np.where(
-            ended, np.where(parts["truncated"][t, j], TRUNCATED, TERMINATED),
+            ended, np.where(parts["truncated"][t, j], TRUNCATED,
+                            TERMINATED),
             GOES_ON)
         store["version"][slots] = parts["version"][j]
         store["next"][slots] = -1

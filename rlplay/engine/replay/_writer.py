@@ -11,7 +11,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from ..core import acted
+from ..core import acted, episode_edges
 from ..lanes import Lanes
 from ..nested import suply
 
@@ -38,17 +38,28 @@ def _rows_of(x):
 
 
 def host_parts(batch):
-    """The fields of ``batch`` a node keeps, on the host, and the rest
-    (``final`` as a function of the rows wanted)."""
+    """The fields of ``batch`` a node keeps, on the host, its episode edges
+    (:func:`~rlplay.engine.core.episode_edges`), and the rest (``final`` as
+    a function of the rows wanted).
+
+    Raises ``ValueError`` for a batch without ``final`` or ``acted``, or
+    whose flags are not shaped alike (nothing is changed)."""
     if batch.final is None:
         raise ValueError(
             "the batch has no final observations (final=None): a "
             "replay buffer needs them to store episode ends exactly; "
             "make the generator with final=True (the default)")
-    fin, length = numpy(batch.state.fin), numpy(batch.stats.length)
-    # the rows that acted() reads, from the host copies of fin and length
-    rows = batch._replace(state=batch.state._replace(fin=fin),
-                          stats=batch.stats._replace(length=length))
+    fin, moved = numpy(batch.state.fin), numpy(acted(batch))
+    truncated = numpy(batch.truncated)
+    if fin.ndim != 2 or truncated.shape != fin.shape \
+            or moved.shape != fin.shape:
+        raise ValueError(
+            f"a batch's fin, truncated and acted must be (1 + T, B) arrays "
+            f"of one shape, got {fin.shape}, {truncated.shape} and "
+            f"{moved.shape}")
+    edges = episode_edges(batch._replace(
+        state=batch.state._replace(fin=fin), truncated=truncated,
+        acted=moved))
     return {
         "obs": suply(numpy, batch.state.obs),
         "final": suply(_rows_of, batch.final),
@@ -56,9 +67,10 @@ def host_parts(batch):
         "info": suply(numpy, batch.actor),
         "rew": numpy(batch.state.rew),
         "fin": fin,
-        "truncated": numpy(batch.truncated),
-        "length": length,
-        "executed": acted(rows) if fin.shape == length.shape else None,
+        "executed": moved,
+        "starts": edges.starts,
+        "ends": edges.ends,
+        "truncated": edges.truncated,
         "version": numpy(batch.meta.version),
         "meta": type(batch.meta)(*map(numpy, batch.meta)),
         "hx": suply(numpy, batch.hx),
@@ -67,22 +79,14 @@ def host_parts(batch):
 
 def node_rows(parts, capacity):
     """The rows an executed action led to, and those that may start an
-    episode (row 0: all, until the lanes say which columns continue).
+    episode (row 0: all, until the lanes say which columns continue; row
+    ``T``: every episode start, whether it goes on is not known yet).
 
     Raises ``ValueError`` for a batch that cannot be stored (nothing is
     changed)."""
-    fin, length = parts["fin"], parts["length"]
-    T1, B = fin.shape
-    if parts["truncated"].shape != fin.shape \
-            or length.shape != fin.shape:
-        raise ValueError("the batch's truncated and stats.length must "
-                         "be shaped as its fin")
+    T1, B = parts["fin"].shape
     executed = parts["executed"]
-    starts = np.zeros_like(fin)
-    # a row with fin starts an episode where an executed action follows
-    # it; at row T that is not known yet: it is kept
-    starts[:-1] = fin[:-1] & executed[1:]
-    starts[-1] = fin[-1]
+    starts = parts["starts"].copy()
     starts[0] = True
     n_max = int(executed.sum() + starts.sum())
     if n_max > capacity:
@@ -116,8 +120,8 @@ class _Writer:
         """Number the nodes of a batch from ``total`` on (lane by lane,
         per row the node an action led to first, then an episode start)
         and link them; the lanes and their last nodes move on."""
-        fin = parts["fin"]
-        T1, B = fin.shape
+        ends = parts["ends"]
+        T1, B = ends.shape
         lanes, continues = self.lanes.follow(parts["meta"])
         # a lane's last node is linked to only while it is held at the end
         # of this batch
@@ -126,11 +130,11 @@ class _Writer:
         held = (src0 >= 0) | (src0 <= -2)
         starts[0] = ~held
         counts = (executed.astype(np.int64) + starts).T.ravel()
-        ends = np.cumsum(counts)
-        first = (total + ends - counts).reshape(B, T1).T
-        n = int(ends[-1]) if len(ends) else 0
+        tops = np.cumsum(counts)
+        first = (total + tops - counts).reshape(B, T1).T
+        n = int(tops[-1]) if len(tops) else 0
         rep = np.where(starts, first + executed,
-                       np.where(executed & ~fin, first, -1))
+                       np.where(executed & ~ends, first, -1))
         # row 0 of a continuing column: the lane's last node (or the row T
         # node of an earlier column of this batch)
         rep[0] = np.where(starts[0], rep[0], src0)
@@ -143,12 +147,12 @@ class _Writer:
         src, dst = rep[t - 1, j], first[t, j]
         pos = np.repeat(np.arange(B * T1), counts)
         j, t = np.divmod(pos, T1)
-        arrival = np.arange(n) - (ends - counts)[pos] \
+        arrival = np.arange(n) - (tops - counts)[pos] \
             < executed.T.ravel()[pos]
         for lane, col in last_col.items():
             self.cur[lane] = rep[-1, col]
         return _Placement(n=n, t=t, j=j, arrival=arrival,
-                          ended=arrival & fin[t, j], lanes=lanes, src=src,
+                          ended=arrival & ends[t, j], lanes=lanes, src=src,
                           dst=dst, row0=rep[0], held=held)
 
     def _row0(self, lanes, continues, oldest_kept):

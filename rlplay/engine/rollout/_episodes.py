@@ -9,7 +9,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from ..core import acted as core_acted, check_count
+from ..core import check_count, episode_edges
 from ..lanes import Lanes
 from ..nested import flatten, suply
 
@@ -84,7 +84,7 @@ class _Episode:
 
     __slots__ = ("pieces", "rows", "first", "hx", "worker", "env",
                  "generation", "version_first", "seq", "version_last",
-                 "truncated", "ret")
+                 "terminated", "truncated", "ret")
 
     def __init__(self, first, hx, worker, env, generation, version, seq):
         self.pieces, self.rows, self.first = [], 0, first
@@ -279,12 +279,13 @@ class Episodic:
                          self._keep())
         meta = batch.meta
         lanes, continues = self._lanes.follow(meta)
-        fin = _numpy(batch.state.fin)
-        T = fin.shape[0] - 1
-        acted = _numpy(core_acted(batch))
-        ends = acted & fin
+        edges = episode_edges(batch)
+        edges = type(edges)(*map(_numpy, edges))
+        T = edges.ends.shape[0] - 1
+        ends = edges.ends
         # step row t starts an episode whose reset observation is row t - 1
-        starts = acted[1:] & fin[:-1]
+        # (a start at row T is left to the next fragment)
+        starts = edges.starts[:-1]
         # the events of each column in row order, an end before a start at
         # the same row: key = 2 * (j * (T + 1) + row) (+ 1 for a start)
         e_t, e_j = np.nonzero(ends)
@@ -293,7 +294,7 @@ class Episodic:
                                2 * (s_j * (T + 1) + s_t) + 1])
         keys.sort()
         events = keys.tolist()
-        truncated = _numpy(batch.truncated)
+        terminated, truncated = edges.terminated, edges.truncated
         ret = _numpy(batch.stats.ret)
         worker = _numpy(meta.worker).tolist()
         env = _numpy(meta.env).tolist()
@@ -333,6 +334,7 @@ class Episodic:
                         stats["too_long"] += 1
                     else:
                         ep.version_last = version[j]
+                        ep.terminated = bool(terminated[row, j])
                         ep.truncated = bool(truncated[row, j])
                         ep.ret = float(ret[row, j])
                         done.append(ep)
@@ -413,14 +415,15 @@ class Episodic:
                        *[ep.hx for ep in eps[1:]])
         ints = lambda name: torch.tensor([getattr(ep, name) for ep in eps],
                                          dtype=torch.int64)
-        truncated = torch.tensor([ep.truncated for ep in eps])
+        flags = lambda name: torch.tensor([getattr(ep, name) for ep in eps])
         return Episodes(
             obs=build(0, obs), act=build(1, take(1, step_rows)),
             rew=build(2, take(2, step_rows)),
             actor=build(4, take(4, info_rows)),
             env=build(5, take(5, info_rows)),
             env_mask=build(6, take(6, info_rows)),
-            terminated=~truncated, truncated=truncated, hx=hx,
+            terminated=flags("terminated"), truncated=flags("truncated"),
+            hx=hx,
             ret=torch.tensor([ep.ret for ep in eps], dtype=torch.float64),
             length=torch.from_numpy(length),
             meta=EpisodeMeta(worker=ints("worker"), env=ints("env"),
