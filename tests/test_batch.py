@@ -108,16 +108,25 @@ def npy(frag):
     return suply(torch.Tensor.numpy, frag)
 
 
+@pytest.mark.parametrize("fresh", [False, True], ids=["reused", "fresh"])
 @pytest.mark.parametrize("hx_dim", [0, 1])
 @pytest.mark.parametrize("n_per_batch", [1, 3])
 def test_collation_puts_slot_s_in_columns_s_B_to_s_B_plus_B(n_per_batch,
-                                                            hx_dim):
+                                                            hx_dim, fresh):
     T, B = 4, 2
     frags = [fragment(T, B, 10 * s, hx_dim, offset=B * s)
              for s in range(n_per_batch)]
     collation = Collation(frags[0], hx_dim, n_per_batch)
-    collation.collate([Collation.sources(npy(f)) for f in frags])
-    host = collation.host
+    sources = [Collation.sources(npy(f)) for f in frags]
+    if fresh:  # a reused batch that held something else
+        collation.collate(sources[::-1])
+    host, views = collation.collate(sources, fresh=fresh)
+    # a fresh batch is new memory each time; the reused one is the host
+    assert (host is not collation.host) == fresh
+    if fresh:
+        again, _ = collation.collate(sources, fresh=True)
+        assert not np.shares_memory(again.state.obs.numpy(),
+                                    host.state.obs.numpy())
     assert host.state.obs.shape == (1 + T, n_per_batch * B, 3)
     want = fragment(T, n_per_batch * B, 0, hx_dim)
     for got, expected in ((host.state.stepno, want.state.stepno),
@@ -130,8 +139,8 @@ def test_collation_puts_slot_s_in_columns_s_B_to_s_B_plus_B(n_per_batch,
     for s in range(n_per_batch):
         cols = slice(s * B, (s + 1) * B)
         assert torch.equal(host.meta.worker[cols], torch.full((B,), 10 * s + 1))
-    # the numpy views are views of the host batch
-    assert np.shares_memory(collation.npy.state.obs, host.state.obs.numpy())
+    # the numpy views are views of the batch
+    assert np.shares_memory(views.state.obs, host.state.obs.numpy())
 
 
 def test_collation_refuses_an_hx_without_its_env_dimension():

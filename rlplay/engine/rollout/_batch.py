@@ -161,20 +161,26 @@ class Collation:
 
     def __init__(self, template, hx_dim, n_per_batch, pinned=False):
         check_hx_dim(template.hx, hx_dim, template.state.fin.shape[1])
-        dims = env_axes(hx_dim)
+        self._dims = env_axes(hx_dim)
+        self._template, self.pinned = template, pinned
+        self.n_per_batch = n_per_batch
+        self.host = self._allocate(torch.zeros)
+        self.npy = suply(torch.Tensor.numpy, self.host)
+        self._targets = self._targets_of(self.npy)
 
+    def _allocate(self, make):
         def alloc(leaf, dim):
             shape = list(leaf.shape)
-            shape[dim] *= n_per_batch
-            return torch.zeros(shape, dtype=leaf.dtype, pin_memory=pinned)
+            shape[dim] *= self.n_per_batch
+            return make(shape, dtype=leaf.dtype, pin_memory=self.pinned)
 
-        self.host = Fragment(*[suply(partial(alloc, dim=dim), field)
-                               for field, dim in zip(template, dims)])
-        self.npy = suply(torch.Tensor.numpy, self.host)
-        self.n_per_batch = n_per_batch
+        return Fragment(*[suply(partial(alloc, dim=dim), field)
+                          for field, dim in zip(self._template, self._dims)])
+
+    def _targets_of(self, npy):
         # the leaves in a fragment's flattened order, with their env dims
-        self._targets = [(leaf, dim) for field, dim in zip(self.npy, dims)
-                         for leaf in flatten(field)]
+        return [(leaf, dim) for field, dim in zip(npy, self._dims)
+                for leaf in flatten(field)]
 
     @staticmethod
     def sources(npy):
@@ -182,14 +188,23 @@ class Collation:
         takes them."""
         return [leaf for field in npy for leaf in flatten(field)]
 
-    def collate(self, fragments):
+    def collate(self, fragments, fresh=False):
         """Copy ``fragments`` (lists from :meth:`sources`, one per slot, in
-        slot order) into the batch: one copy per leaf."""
+        slot order) into the batch, one copy per leaf: into :attr:`host`,
+        or with ``fresh`` into a new batch (a batch the caller keeps, made
+        with one copy instead of two). Returns the batch and its numpy
+        views."""
         assert len(fragments) == self.n_per_batch
+        host, npy, targets = self.host, self.npy, self._targets
+        if fresh:  # every leaf is written whole: no need to clear it
+            host = self._allocate(torch.empty)
+            npy = suply(torch.Tensor.numpy, host)
+            targets = self._targets_of(npy)
         if self.n_per_batch == 1:
-            for (target, _), source in zip(self._targets, fragments[0]):
+            for (target, _), source in zip(targets, fragments[0]):
                 np.copyto(target, source)
-            return
-        for i, (target, dim) in enumerate(self._targets):
+            return host, npy
+        for i, (target, dim) in enumerate(targets):
             np.concatenate([sources[i] for sources in fragments], axis=dim,
                            out=target)
+        return host, npy

@@ -48,6 +48,13 @@ class Delivery:
         self._target, self._copied, self._staging = None, None, None
 
     @property
+    def fresh_host(self):
+        """Whether each batch is a fresh one on the host (``copy=True``,
+        no device): a generator that assembles its batch may build it
+        there at once, instead of calling this delivery on a reused one."""
+        return self.device is None and self.copy
+
+    @property
     def host_pinned(self):
         """Whether the host batch should live in page-locked memory."""
         return self.pinned or self.device is not None

@@ -168,11 +168,14 @@ class Gathered(Supervised, Generator):
                 f"timeout= for slow envs")
         toc = time.perf_counter()
         self.delivery.wait()  # the last device copy read the host batch
-        self._collation.collate([source.fragment(a) for a in taken])
+        # a fresh batch on the host is collated into straight away
+        fresh = self.delivery.fresh_host
+        host, npy = self._collation.collate(
+            [source.fragment(a) for a in taken], fresh=fresh)
         source.ready.delivered(taken)
         source.release(taken, supervisor)
-        batch = self.delivery(self._collation.host)
-        stats.batch(self._collation.npy, waited=toc - tic,
+        batch = host if fresh else self.delivery(host)
+        stats.batch(npy, waited=toc - tic,
                     collected=source.time_collect - stats["time_collect"],
                     worker_waited=source.time_worker_wait
                     - stats["time_worker_wait"],
