@@ -33,6 +33,34 @@ def test_fragment_accounts_count_steps_and_close_episodes():
     assert acc.length.tolist() == [2, 0, 0]
 
 
+@pytest.mark.parametrize("many", [3, 12])
+def test_many_ends_and_lost_calls_at_once(many):
+    """Columns that end or lose a call together (a vector source) are
+    accounted as one at a time (few or many at once)."""
+    B, T, t = 16, 6, 2
+    together, apart = Accounts(B), Accounts(B)
+    rows = {}
+    for acc, key in ((together, "together"), (apart, "apart")):
+        stepno = np.tile(np.arange(B), (T + 1, 1))
+        acc.begin(stepno)
+        acc.rew[:] = np.arange(B) / 2
+        acc.add(np.zeros(B, np.float32))
+        ret, length = np.zeros(B), np.zeros(B, np.int64)
+        ended, lost = list(range(0, many)), list(range(many, B))[:many]
+        if key == "together":
+            acc.end(ended, t, ret, length)
+            acc.lose(lost, t)
+        else:
+            for j in ended:
+                acc.end([j], t, ret, length)
+            for j in lost:
+                acc.lose([j], t)
+        rows[key] = (stepno.tolist(), ret.tolist(), length.tolist(),
+                     acc.ret.tolist())
+    assert rows["together"] == rows["apart"]
+    assert rows["apart"][0][t + 1][:many] == [0] * many
+
+
 def test_sticky_accounts_leave_frozen_columns_alone():
     acc = Accounts(2)
     acc.begin(np.zeros((3, 2), np.int64))

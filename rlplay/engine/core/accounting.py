@@ -80,12 +80,13 @@ class Accounts:
         down the rest of the fragment."""
         stepno, ramp, ret = self._stepno, self._ramp, self.ret
         T = len(ramp) - 1
-        if len(ended) == 1:  # the common case, without fancy indexing
-            j, = ended
-            # an episode's length is its step count plus this step
-            ret_row[j], length_row[j] = ret[j], stepno[t, j] + 1
-            ret[j] = 0.0
-            stepno[t + 1:, j] = ramp[:T - t]
+        if len(ended) <= 8:  # the common case: cheaper than fancy indexing
+            rest, steps = ramp[:T - t], stepno[t]
+            for j in ended:
+                # an episode's length is its step count plus this step
+                ret_row[j], length_row[j] = ret.item(j), steps.item(j) + 1
+                ret[j] = 0.0
+                stepno[t + 1:, j] = rest
             return
         ended = np.array(ended)  # indexing by an array is cheaper than a list
         ret_row[ended] = ret[ended]
@@ -97,6 +98,11 @@ class Accounts:
         """The calls of the columns ``lost`` at row ``t + 1`` were lost:
         their new episodes start there (no reward was added: it is 0)."""
         T = len(self._ramp) - 1
+        if len(lost) <= 8:
+            rest = self._ramp[:T - t]
+            for j in lost:
+                self._stepno[t + 1:, j] = rest
+            return
         self._stepno[t + 1:, lost] = self._ramp[:T - t, None]
 
     def finish(self):

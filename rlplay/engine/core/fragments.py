@@ -244,11 +244,6 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         if lost:  # the new episodes start here (see .layout)
             accounts.lose(lost, t)
             step.acted[lost] = False
-            if step.out.final is not None:
-                # no episode ended here: `final` is the observation itself,
-                # not what the reused buffer held (the end of fragment
-                # copies it only where `fin` is unset)
-                suply(_copy_at, step.out.final, row_next.obs, j=lost)
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
             checks.reward(row_next.rew, t)
@@ -261,7 +256,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                 np.copyto(fin_np, row_next.fin)
                 hx = policy.reset(hx, fin_at.clone())
 
-    _end_fragment(policy, npy, views, ctx, hx, version)
+    _end_fragment(policy, npy, views, ctx, hx, version, sticky)
     if checking:
         ctx.spaces_checked = True
     return buffer
@@ -307,15 +302,22 @@ def _begin_checks(ctx, views):
     return checks
 
 
-def _end_fragment(policy, npy, views, ctx, hx, version):
+def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
     """Fill what is known once the last step is taken: ``final`` where no
     episode ended, the lookahead ``info`` of row ``T``, ``meta``; advance
     ``ctx`` past the fragment."""
     T = len(views.steps)
     if npy.final is not None:
         # `final` is the observation itself where no episode ended: copied
-        # once for the fragment (the loop wrote the rest)
-        np.logical_not(npy.state.fin[1:], out=views.not_fin)
+        # once for the fragment (the loop wrote the rest). A lost call
+        # ended none (fin, not acted); a frozen row (sticky, never with
+        # lost calls) repeats the final of its end, written by the loop
+        not_fin = views.not_fin
+        if sticky:
+            np.logical_not(npy.state.fin[1:], out=not_fin)
+        else:
+            np.logical_and(npy.state.fin[1:], npy.acted[1:], out=not_fin)
+            np.logical_not(not_fin, out=not_fin)
         for (obs_leaf, final_leaf), where in zip(views.obs_final,
                                                  views.not_fin_like):
             np.copyto(final_leaf, obs_leaf, where=where)
