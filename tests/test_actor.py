@@ -5,7 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from rlplay.engine import BaseActorModule, PolicyActor, check_actor
+from rlplay.engine import (BaseActorModule, PolicyActor, acted, check_actor,
+                           squashed_normal)
+from envs import SpacesEnv
 from rlplay.engine.rollout import same
 
 EXPECTED = r"step\(self, stepno, obs, act, rew, fin, /, \*, hx, virtual\)"
@@ -460,3 +462,93 @@ def test_policy_actor_leaves_integer_observations_and_agreeing_dtypes():
     assert actor._cast(pixels) is pixels
     nested = actor._cast({"x": obs.double(), "k": pixels})
     assert nested["x"].dtype == torch.float32 and nested["k"] is pixels
+
+
+# -- continuous actions: a squashed Gaussian ---------------------------------
+
+class GaussianPolicy(nn.Module):
+    """A linear Gaussian over a Box, squashed into it (or plain)."""
+
+    def __init__(self, low, high, squashed=True, n_obs=3):
+        super().__init__()
+        self.low, self.high, self.squashed = low, high, squashed
+        self.mean = nn.Linear(n_obs, len(low))
+        self.log_std = nn.Parameter(torch.zeros(len(low)))
+
+    def forward(self, obs):
+        mean, std = self.mean(obs), self.log_std.exp().expand(
+            *obs.shape[:-1], -1)
+        if self.squashed:
+            return squashed_normal(mean, std, self.low, self.high)
+        return torch.distributions.Independent(
+            torch.distributions.Normal(mean, std), 1)
+
+
+def test_a_squashed_gaussian_executes_what_it_records():
+    """Through same.rollout over a Box(low, high) env: every recorded action
+    lies inside the box, the env executed exactly it (nothing clipped),
+    and ``logp`` is that action's joint log-probability under the policy,
+    recomputed from the recorded observations; greedy in eval mode takes
+    the squashed mean."""
+    low, high = [-1.0, 0.0], [1.0, 4.0]
+    envs = []
+
+    def factory():
+        env = SpacesEnv(gymnasium.spaces.Box(-5, 5, (3,), np.float32),
+                        gymnasium.spaces.Box(np.array(low, np.float32),
+                                   np.array(high, np.float32)),
+                        lambda ep, t: np.full(3, (t % 7) / 7 - 0.5,
+                                              np.float32), term_every=5)
+        envs.append(env)
+        return env
+
+    torch.manual_seed(0)
+    policy = GaussianPolicy(low, high)
+    with torch.no_grad():
+        policy.log_std.fill_(0.5)  # wide: a plain Gaussian would leave the box
+    with same.rollout(factory, PolicyActor(policy), 16, 3,
+                      entropy=0) as feed:
+        batch = next(feed)
+    act, moved = batch.state.act, acted(batch)
+    inside = (act > torch.tensor(low)) & (act < torch.tensor(high))
+    assert bool(inside[1:].all())
+    # each env executed its column's recorded actions of rows 1..T, unclipped
+    for j, env in enumerate(envs[-3:]):
+        executed = np.stack(env.actions[:16])
+        np.testing.assert_array_equal(executed, act[1:, j].numpy())
+    with torch.no_grad():
+        dist = policy(batch.state.obs[:-1])
+        logp = dist.log_prob(act[1:])
+    assert bool(moved[1:].all())
+    torch.testing.assert_close(batch.actor["logp"][:-1], logp, atol=1e-4,
+                               rtol=1e-4)
+    # eval mode: the squashed mean
+    actor = PolicyActor(policy).eval()
+    obs = batch.state.obs[:1]
+    greedy, _, _ = actor.step(*row(obs), hx=(), virtual=False)
+    with torch.no_grad():
+        mean = policy.mean(obs)
+    lo, hi = torch.tensor(low), torch.tensor(high)
+    torch.testing.assert_close(greedy, lo + (hi - lo) * (mean.tanh() + 1) / 2)
+
+
+def test_a_plain_gaussian_records_what_it_sampled():
+    """The unsquashed Gaussian of the same policy leaves the box; its logp
+    is that of the recorded (sampled) action."""
+    low, high = [-1.0, 0.0], [1.0, 4.0]
+    policy = GaussianPolicy(low, high, squashed=False)
+    with torch.no_grad():
+        policy.log_std.fill_(1.0)
+    torch.manual_seed(0)
+    obs = torch.zeros(1, 256, 3)
+    act, _, info = PolicyActor(policy).step(*row(obs), hx=(), virtual=False)
+    assert bool((act < torch.tensor(low)).any())
+    with torch.no_grad():
+        torch.testing.assert_close(info["logp"], policy(obs).log_prob(act))
+
+
+@pytest.mark.parametrize("low, high", [([-1.0], [float("inf")]),
+                                       ([1.0], [1.0])])
+def test_squashed_normal_refuses_bad_bounds(low, high):
+    with pytest.raises(ValueError, match="finite bounds with low < high"):
+        squashed_normal(torch.zeros(1), torch.ones(1), low, high)

@@ -1,5 +1,5 @@
 """The collection engine: nested structures, buffers, core loops."""
-from .actor import BaseActorModule, PolicyActor, check_actor
+from .actor import BaseActorModule, PolicyActor, check_actor, squashed_normal
 from .errors import (CapacityError, RemoteTraceback, RolloutError,
                      RolloutTimeout, WorkerDied, WorkerError)
 from .core import (Context, EpisodeEdges, EpisodeStats, Fragment, Meta,
@@ -13,7 +13,7 @@ from .returns import frozen, gae, n_step, returns
 from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
-    "BaseActorModule", "PolicyActor", "check_actor",
+    "BaseActorModule", "PolicyActor", "check_actor", "squashed_normal",
     "CapacityError", "RemoteTraceback", "RolloutError", "RolloutTimeout",
     "WorkerDied", "WorkerError",
     "Context", "EpisodeEdges", "EpisodeStats", "Fragment", "Meta", "State",

@@ -31,7 +31,8 @@ from torch import nn
 
 from .nested import suply
 
-__all__ = ["BaseActorModule", "PolicyActor", "check_actor"]
+__all__ = ["BaseActorModule", "PolicyActor", "check_actor",
+           "squashed_normal"]
 
 _STEP_POSITIONAL = ("stepno", "obs", "act", "rew", "fin")
 _STEP_KEYWORD = ("hx", "virtual")
@@ -246,6 +247,20 @@ class PolicyActor(BaseActorModule):
     ``Normal`` over a ``Box``) ``logp`` keeps those dimensions: wrap it in
     :class:`torch.distributions.Independent` for one joint ``logp``.
 
+    Continuous actions (a ``Box``). A Gaussian policy returns
+    ``Independent(Normal(mean, std), 1)``; its samples fall outside the
+    ``Box`` now and then. The row records the sampled action and ``logp``
+    is its log-probability; the env executes it clipped into the bounds
+    (see :mod:`rlplay.engine.core.layout`, "Out-of-bound continuous
+    actions"), as Stable-Baselines3 and CleanRL do: ``logp`` is exact for
+    the recorded action, of which the executed one is a function. Where
+    the executed action must be the recorded one, squash the Gaussian into
+    the ``Box`` with :func:`squashed_normal`: every sample lies inside,
+    nothing is clipped, and ``logp`` (the tanh's change of variables
+    included) is that of the executed action. In eval mode (greedy) a
+    squashed Gaussian takes the squashed mean, ``tanh`` of the Gaussian's
+    mean scaled into the ``Box``.
+
     Floating observations are cast to the dtype of the policy's
     (first floating) parameters before the policy sees them, as
     Stable-Baselines3 and CleanRL cast for their users: a ``float64``
@@ -358,4 +373,64 @@ def _sample_logits(logits, greedy=False):
 def _mode(dist):
     if isinstance(dist, torch.distributions.Categorical):
         return dist.probs.argmax(-1)
+    if isinstance(dist, torch.distributions.TransformedDistribution):
+        # the transformed mode of the base (tanh of a Gaussian's mean, for
+        # a squashed Gaussian), not the mode of the transformed density
+        x = _mode(dist.base_dist)
+        for transform in dist.transforms:
+            x = transform(x)
+        return x
     return dist.mode
+
+
+def squashed_normal(mean, std, low, high):
+    """A Gaussian squashed into the box ``[low, high]``: ``tanh`` of
+    ``Independent(Normal(mean, std), 1)``, scaled and shifted onto the box.
+
+    For :class:`PolicyActor` over a ``Box`` action space: every sample lies
+    strictly inside the box, so the env executes exactly the recorded
+    action, and ``log_prob`` of a sample is exact for it (the inverse of
+    the tanh is cached for the value just sampled, so a sample close to
+    the bounds does not lose precision; the log-determinant of the squash
+    is included).
+
+    Parameters
+    ----------
+    mean, std : tensor, shape = (..., D)
+        Of the Gaussian before the squash.
+    low, high : array-like, shape = (D,)
+        The bounds (``space.low``, ``space.high``), finite.
+
+    Returns
+    -------
+    torch.distributions.TransformedDistribution
+        Over ``(..., D)``, one joint ``log_prob`` per action.
+
+    Raises
+    ------
+    ValueError
+        Bounds that are not finite, or not ``low < high``.
+
+    Examples
+    --------
+    >>> dist = squashed_normal(torch.zeros(3, 2), torch.ones(3, 2),
+    ...                        [-1.0, 0.0], [1.0, 4.0])
+    >>> act = dist.sample()
+    >>> bool(((act > torch.tensor([-1.0, 0.0]))
+    ...       & (act < torch.tensor([1.0, 4.0]))).all())
+    True
+    >>> dist.log_prob(act).shape
+    torch.Size([3])
+    """
+    D = torch.distributions
+    low = torch.as_tensor(low, dtype=mean.dtype, device=mean.device)
+    high = torch.as_tensor(high, dtype=mean.dtype, device=mean.device)
+    if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()
+                and (low < high).all()):
+        raise ValueError(f"squashed_normal needs finite bounds with low < "
+                         f"high, got low={low.tolist()} and "
+                         f"high={high.tolist()}")
+    base = D.Independent(D.Normal(mean, std), 1)
+    return D.TransformedDistribution(base, [
+        D.TanhTransform(cache_size=1),
+        D.AffineTransform((high + low) / 2, (high - low) / 2, event_dim=1)])
