@@ -439,9 +439,16 @@ MODEL_CASES = [
 ]
 
 
+@pytest.mark.parametrize("by_rows", [False, True], ids=["masked", "by_rows"])
 @pytest.mark.parametrize("sticky_", [False, True], ids=["plain", "sticky"])
 @pytest.mark.parametrize("configs, n_steps", MODEL_CASES)
-def test_fragments_match_the_model(configs, n_steps, sticky_):
+def test_fragments_match_the_model(configs, n_steps, sticky_, by_rows,
+                                   monkeypatch):
+    """Every field of every fragment as the model says; ``final`` filled
+    either way (small observations by a masked copy, large ones row by
+    row)."""
+    if by_rows:
+        monkeypatch.setattr(core.fragments, "FILL_BY_ROWS", 0)
     n_fragments = 6
     got = run(configs, n_steps, n_fragments, sticky=sticky_)
     want = simulate(configs, n_steps, n_fragments, sticky=sticky_)

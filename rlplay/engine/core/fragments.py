@@ -320,7 +320,10 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
             np.logical_not(not_fin, out=not_fin)
         for (obs_leaf, final_leaf), where in zip(views.obs_final,
                                                  views.not_fin_like):
-            np.copyto(final_leaf, obs_leaf, where=where)
+            if obs_leaf[0, 0].nbytes < FILL_BY_ROWS:
+                np.copyto(final_leaf, obs_leaf, where=where)
+            else:
+                _fill_by_rows(final_leaf, obs_leaf, not_fin)
     copy_(views.actor[T], policy.lookahead(views.rows[T], hx))
     meta = npy.meta
     meta.version[:] = version
@@ -333,6 +336,27 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
     ctx.seq += 1
     ctx._fresh = False
     suply(np.copyto, ctx.last, _row_fields(npy, T))
+
+
+# observations of at least this many bytes (a leaf's, one env's) are
+# copied into `final` row by row: a masked np.copyto of Atari frames runs
+# at a fifth of a plain copy's speed
+FILL_BY_ROWS = 1024
+
+
+def _fill_by_rows(final, obs, keep):
+    """``final[keep] = obs[keep]`` for ``(T, B, ...)`` leaves and a
+    ``(T, B)`` mask: plain copies of the runs of rows where ``keep`` holds
+    for every column, a copy of the kept columns elsewhere."""
+    start = 0
+    for t in np.flatnonzero(~keep.all(1)).tolist():
+        if start < t:
+            final[start:t] = obs[start:t]
+        cols = np.flatnonzero(keep[t])
+        final[t, cols] = obs[t, cols]
+        start = t + 1
+    if start < len(final):
+        final[start:] = obs[start:]
 
 
 def _copy_at(dst, src, *, j):
