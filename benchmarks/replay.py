@@ -93,7 +93,8 @@ class Data:
                           worker=torch.zeros(B, dtype=torch.int64),
                           env=torch.arange(B), seq=torch.zeros(B, dtype=torch.int64),
                           generation=torch.zeros(B, dtype=torch.int64)),
-                acted=moved))
+                # (an older rlplay's fragments have no acted field)
+                **({"acted": moved} if "acted" in Fragment._fields else {})))
         # transitions, row t -> t + 1, for the peers
         self.transitions = []
         for k in range(n):
