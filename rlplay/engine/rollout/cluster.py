@@ -228,7 +228,12 @@ class RayRequests:
 
     def on_started(self, w):
         for _ in range(self.held[w]):  # queued after its start()
-            self.supervisor.call(w, "fill", self.params)
+            self._fill(w)
+
+    def _fill(self, w):
+        # a request: the parameters, and the calls that w was not sent
+        self.supervisor.call(w, "fill", self.params,
+                             self.supervisor.mail.take(w))
 
     def on_message(self, w, value):
         header, fragment = value
@@ -261,7 +266,7 @@ class RayRequests:
                 key=lambda w: (self.held[w], w != origin))
         self.held[w] += 1
         if self.supervisor.running(w):
-            self.supervisor.call(w, "fill", self.params)
+            self._fill(w)
 
     def close(self):
         self.fragments.clear()
@@ -297,7 +302,7 @@ class Rollout(Gathered):
             # the protocol calls its workers from on_started()
             requests.supervisor = RemoteSupervisor(
                 n_actors, requests, options=self._options, release=release,
-                owner=self, run=run, **self._policy)
+                owner=self, run=run, calls=self._calls, **self._policy)
         except BaseException:
             release()  # no supervisor holds it yet
             self._close(graceful=False)

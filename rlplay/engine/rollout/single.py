@@ -153,9 +153,8 @@ class Rollout(Supervised, Generator):
         shared.ready.delivered([arrival])
         if k > first:
             # publish only now (see the docstring), then hand back #k-1
-            self.params.publish(
-                self.actor, check=lambda: supervisor.check(what),
-                timeout=deadline.lock_timeout())
+            self._publish(self.actor, lambda: supervisor.check(what),
+                          deadline.lock_timeout())
             shared.release([self._held], supervisor)
         self._held = arrival
         waited = time.perf_counter() - tic
