@@ -236,7 +236,7 @@ class WorkerCalls:
         """
         while self.applied < len(self.payloads):
             number = self.applied + 1
-            session.stage = f"call {number} of call_envs"
+            session.stage = "the envs' calls"
             try:
                 name, args, kwargs = pickle.loads(self.payloads[number - 1])
             except Exception as exc:  # noqa: BLE001 - reported, with cause
