@@ -266,11 +266,13 @@ class EnvControl:
 
         The call is published with the parameters by the next ``next()``
         (the evaluator's ``submit()``), so it is first seen with the same
-        lag as they are (``single``: from the batch after the next one);
-        every fragment says how many calls its envs had applied before it
-        (``meta.control``), never changing within a fragment. Workers
-        that start later (restarts, a resumed run) apply every call
-        before their first reset. See :mod:`._control`.
+        lag as they are (``same``: in the next batch; ``single``: in the
+        one after; ``multi`` and ``cluster``: from each worker's next
+        fragment, or the one after for a worker still busy with calls
+        sent before); every fragment says how many calls its envs had
+        applied before it (``meta.control``), never changing within a
+        fragment. Workers that start later (restarts, a resumed run)
+        apply every call before their first reset. See :mod:`._control`.
 
         Parameters
         ----------
@@ -299,7 +301,9 @@ class EnvControl:
         ------
         TypeError
             ``name`` is not a str, the arguments do not pickle, or the
-            envs' source cannot take calls (EnvPool), each named.
+            envs' source cannot take calls (EnvPool), each named (the
+            evaluator makes no env here: its worker reports EnvPool at
+            the next ``submit``, as a failing call).
         ValueError
             ``name`` is not a method's name, or is refused; the arguments
             are too large.

@@ -20,8 +20,9 @@ A *request* is one call ``fill(params)`` of a worker; there are
     queued or running (a worker) ─► ready (in the object store, then in
     the learner's queue) ─► collating (inside next()) ─► a new request ...
 
-A worker runs its requests in order; each loads the parameters that the
-request carries (from the object store, only when their version is not
+A worker runs its requests in order; each applies the ``call_envs`` calls
+that the request carries (those the worker was not sent yet, see
+:mod:`._control`), loads the parameters that the request carries (from the object store, only when their version is not
 the one it holds), collects the next fragment into its buffer and returns
 it: Ray copies it into the object store (the learner reads it without a
 copy on the same node, after one transfer from another node).

@@ -21,8 +21,10 @@ one request is outstanding: submitted and not yet picked up::
     ...train...  poll() → Evaluation(..., v_n) ◄── Result(n, ...)
     submit(actor): publish v_m ...
 
-``submit`` publishes the parameters and returns at once; ``poll`` never
-waits; ``result`` waits, bounded. Since nothing is published while a
+``submit`` publishes the parameters (and the ``call_envs`` calls made
+since the last one, which the worker applies before it plays:
+``Evaluation.control``) and returns at once; ``poll`` never waits;
+``result`` waits, bounded. Since nothing is published while a
 request is outstanding, the worker evaluates exactly the version that
 ``submit`` returned, and the result says so.
 

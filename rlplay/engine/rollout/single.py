@@ -50,6 +50,8 @@ Why publish only after "ready" of #k: the shared copy holds one version;
 the worker loads ``v_{k-1}`` when it starts #k, which is before it reports
 #k ready, so the learner may overwrite it with ``v_k`` then and not before.
 Publishing earlier would let a slow worker load ``v_k`` for #k (no lag).
+The ``call_envs`` calls made before ``next()`` #k go with ``v_k``, down the
+pipe before ``Give``, and are applied before #k+1 (:mod:`._control`).
 
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
