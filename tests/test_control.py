@@ -164,7 +164,7 @@ def test_the_evaluator_evaluates_under_the_calls_made_before_submit():
         assert (result.control, evaluated_level(result)) == (2, 2)
 
 
-@pytest.mark.parametrize("kind", ["same", "single", "evaluator"])
+@pytest.mark.parametrize("kind", ["same", "single", "multi", "evaluator"])
 def test_a_resumed_run_applies_every_call_before_collecting(kind):
     actor = CountingActor()
     feed = evaluator() if kind == "evaluator" else make_kind(kind)[0]
