@@ -100,7 +100,7 @@ def _check_long_runs(result):
 
 
 def _check_curriculum(result):
-    # QUICK (set below): one seed, 60 batches; the full run is the figure
+    # QUICK (set below): one seed, 48 batches; the full run is the figure
     assert result["schedule_last_control"] == result["n_levels"] - 1, result
     assert result["schedule_solved"] is not None, (
         f"the schedule did not solve the hardest distance in "
