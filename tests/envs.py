@@ -730,3 +730,46 @@ def hanging_vector(marker_dir, k=2, hang_at=None):
     from gymnasium.vector import AsyncVectorEnv
     return AsyncVectorEnv([functools.partial(HangingEnv, marker_dir,
                                              hang_at)] * k)
+
+
+# ------------------------------------------------ envs under control calls --
+
+class LevelEnv(gymnasium.Env):
+    """An env whose observation carries its level: ``obs = [level, t]``
+    (``t``: steps since the reset), changed by ``set_level(k)`` at once
+    (``k < 0`` raises ``ValueError``); the reward is the action
+    (Discrete(5)) and the episode terminates every ``term_every`` steps.
+    ``levels`` lists every level it was set to, in order."""
+
+    def __init__(self, term_every=3):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,),
+                                            np.float32)
+        self.action_space = spaces.Discrete(5)
+        self.term_every, self.level, self.t, self.levels = term_every, 0, 0, []
+
+    def set_level(self, k):
+        if k < 0:
+            raise ValueError(f"no level {k}")
+        self.level = k
+        self.levels.append(k)
+
+    def _obs(self):
+        return np.array([self.level, self.t], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return (self._obs(), float(action), self.t % self.term_every == 0,
+                False, {})
+
+
+def level_vector(k=2):
+    """A ``SyncVectorEnv`` of ``k`` :class:`LevelEnv` (same-step autoreset):
+    ``call_envs`` reaches them through ``VectorEnv.call``."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+    return SyncVectorEnv([LevelEnv] * k,
+                         autoreset_mode=AutoresetMode.SAME_STEP)

@@ -22,8 +22,8 @@ from rlplay.engine.rollout import Evaluator, multi, same, single
 
 __all__ = ["METHODS", "make", "CountingActor", "ActorFailure",
            "RaisingActor", "without_version", "assert_fragments_equal",
-           "slot", "identities", "raises_within", "running", "gone",
-           "RAY_STARTED_BOUND"]
+           "slot", "fragments_of", "identities", "raises_within",
+           "running", "gone", "RAY_STARTED_BOUND"]
 
 # every start method of multiprocessing that the process generators take
 METHODS = ["fork", "forkserver", "spawn"]
@@ -171,6 +171,12 @@ def slot(batch, s, B, hx_dim):
     """The fragment in slot ``s`` of a collated batch of fragments of
     ``B`` envs (views)."""
     return columns(batch, slice(s * B, (s + 1) * B), hx_dim)
+
+
+def fragments_of(batch, n_per_batch, B, hx_dim):
+    """The fragments of a batch, slot by slot (a batch of ``same`` or
+    ``single`` is one, ``n_per_batch=1``)."""
+    return [slot(batch, s, B, hx_dim) for s in range(n_per_batch)]
 
 
 def identities(batch, n_per_batch, B):

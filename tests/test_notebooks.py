@@ -99,6 +99,17 @@ def _check_long_runs(result):
         f" is not above the first one, {result['eval_first']:.1f}")
 
 
+def _check_curriculum(result):
+    # QUICK (set below): one seed, 48 batches; the full run is the figure
+    assert result["schedule_last_control"] == result["n_levels"] - 1, result
+    assert result["schedule_solved"] is not None, (
+        f"the schedule did not solve the hardest distance in "
+        f"{result['batches']} batches: {result}")
+    assert result["hardest_solved"] == [None] * result["seeds"] and \
+        result["hardest_best"] < 0.5, (
+        f"the hardest distance was learned without the schedule: {result}")
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -109,6 +120,7 @@ CHECKS = {
     "07_episodes": _check_episodes,
     "08_off_policy": _check_off_policy,
     "09_long_runs": _check_long_runs,
+    "10_curriculum": _check_curriculum,
 }
 
 
@@ -216,9 +228,12 @@ def _result(nb, path):
 @pytest.mark.notebooks
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
-def test_notebook_runs(path, kernel_spec_manager):
+def test_notebook_runs(path, kernel_spec_manager, monkeypatch):
     if path.stem in NEEDS:
         pytest.importorskip(NEEDS[path.stem])
+    # a notebook that has a small size (QUICK) runs it here: the kernel
+    # inherits this environment
+    monkeypatch.setenv("RLPLAY_NOTEBOOK_QUICK", "1")
     nb = nbformat.read(path, as_version=4)
     km = AsyncKernelManager(kernel_name=KERNEL_NAME,
                             kernel_spec_manager=kernel_spec_manager)

@@ -1,7 +1,7 @@
 """The collection engine: nested structures, buffers, core loops."""
 from .actor import BaseActorModule, PolicyActor, check_actor, squashed_normal
-from .errors import (CapacityError, RemoteTraceback, RolloutError,
-                     RolloutTimeout, WorkerDied, WorkerError)
+from .errors import (CapacityError, EnvCallError, RemoteTraceback,
+                     RolloutError, RolloutTimeout, WorkerDied, WorkerError)
 from .core import (Context, EpisodeEdges, EpisodeStats, Fragment, Meta,
                    State, acted, collect, columns, env_axes, episode,
                    episode_edges, episode_stats, evaluate, prepare, startup)
@@ -14,7 +14,8 @@ from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
     "BaseActorModule", "PolicyActor", "check_actor", "squashed_normal",
-    "CapacityError", "RemoteTraceback", "RolloutError", "RolloutTimeout",
+    "CapacityError", "EnvCallError", "RemoteTraceback", "RolloutError",
+    "RolloutTimeout",
     "WorkerDied", "WorkerError",
     "Context", "EpisodeEdges", "EpisodeStats", "Fragment", "Meta", "State",
     "acted", "collect", "columns", "env_axes", "episode", "episode_edges",

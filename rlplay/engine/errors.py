@@ -6,7 +6,10 @@ All are re-exported by :mod:`rlplay.engine`::
     ├── WorkerError              a worker raised; type, message, traceback
     ├── WorkerDied               a worker ended without a word
     ├── RolloutTimeout           (also TimeoutError) a bounded wait ran out
-    └── CapacityError            buffers do not fit in /dev/shm or the fd limit
+    ├── CapacityError            buffers do not fit in /dev/shm or the fd limit
+    └── EnvCallError             a method that ``call_envs`` names is missing
+                                 or raised in an env (in a worker: the
+                                 ``WorkerError``'s ``exc_type``)
 
 A worker's traceback travels as text and is attached to :class:`WorkerError`
 as its ``__cause__`` (a :class:`RemoteTraceback`), as
@@ -23,6 +26,7 @@ __all__ = [
     "WorkerDied",
     "RolloutTimeout",
     "CapacityError",
+    "EnvCallError",
     "RemoteTraceback",
     "describe_exitcode",
 ]
@@ -108,6 +112,25 @@ class CapacityError(RolloutError):
     Raised before anything is allocated; the message says what was needed,
     what is available and what to change.
     """
+
+
+class EnvCallError(RolloutError):
+    """A method that ``call_envs`` called on the envs is missing, or
+    raised (its exception is the ``__cause__``). The message names the
+    call, its number and the env column (of the worker). Never restarted:
+    a replacement applies every call again, and would fail alike.
+
+    Attributes
+    ----------
+    method : str
+    column : int or None
+        The env column (of its worker's envs); ``None`` for a batched
+        source called once for all its columns.
+    """
+
+    def __init__(self, message, *, method="", column=None):
+        super().__init__(message)
+        self.method, self.column = method, column
 
 
 def describe_exitcode(exitcode):

@@ -89,6 +89,9 @@ class Context:
         The ``meta.seq`` of the next fragment.
     worker, generation : int
         Recorded in ``meta.worker`` and ``meta.generation``.
+    control : int
+        The ``call_envs`` calls applied to the envs so far, recorded in
+        ``meta.control`` (set by whoever applies them).
     env_ids : ndarray, shape = (B,)
         Global env indices recorded in ``meta.env``.
     spaces_checked : bool
@@ -107,6 +110,7 @@ class Context:
         self.policy = self.actor = None
         self.accounts = Accounts(B)
         self.seq, self.worker, self.generation = seq, worker, generation
+        self.control = 0
         self.env_ids = (np.arange(B) if env_ids is None
                         else np.asarray(env_ids, np.int64))
         self.spaces_checked = False

@@ -65,6 +65,14 @@ field                    shape            row ``t`` holds
 ``meta.generation``      (B,) int64       0 for a worker's first envs,
                                           raised whenever its envs start
                                           again from resets (a restart)
+``meta.control``         (B,) int64       the number of ``call_envs``
+                                          calls applied to the worker's
+                                          envs before the fragment's first
+                                          step: every step into rows
+                                          ``1..T`` ran under the first
+                                          ``meta.control`` calls (row 0,
+                                          row ``T`` of the fragment
+                                          before, may precede the last)
 =======================  ===============  ===================================
 
 Every generator delivers a worker's fragments in ``meta.seq`` order; row 0
@@ -163,7 +171,9 @@ _CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
 State = namedtuple("State", "stepno obs act rew fin")
 EpisodeStats = namedtuple("EpisodeStats", "ret length")
-Meta = namedtuple("Meta", "version worker env seq generation")
+# control defaults to None (an empty leaf) for a Meta made by hand
+Meta = namedtuple("Meta", "version worker env seq generation control",
+                  defaults=(None,))
 Fragment = namedtuple(
     "Fragment", "state truncated final actor env env_mask hx stats meta "
                 "acted", defaults=(None,))

@@ -13,8 +13,11 @@ EnvPool) API.
   EnvPool env (:class:`EnvPoolSource`);
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
+- :mod:`.control`: calling a method of every env between fragments
+  (``call_envs``), for single envs and vector sources.
 """
 from .batch import Cast, EnvBatch, EnvList, RowOut, Stepped, cast_problem
+from .control import REFUSED_METHODS, check_method
 from .making import (check_factory, check_step, close_envs, make_envs, reset,
                      reward)
 from .sources import EnvConcat, as_batch, check_columns, make_batch
@@ -32,4 +35,5 @@ __all__ = [
     "space_example",
     "space_placeholder",
     "EnvPoolSource", "VectorSource", "is_envpool",
+    "REFUSED_METHODS", "check_method",
 ]

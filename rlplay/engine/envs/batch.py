@@ -21,6 +21,7 @@ An :class:`EnvBatch` of ``B`` env columns offers:
   returns what happened (a :class:`Stepped`): the columns that ended, the
   lost calls, and what recording the observations lost (:class:`Cast`
   records, where asked);
+- ``call(name, args, kwargs)``: call a method of every env (:mod:`.control`);
 - ``close()``.
 
 The interface reports; it keeps no accounts: running returns, lengths
@@ -41,17 +42,12 @@ import numpy as np
 
 from ..nested import StructureError, flatten, getitem, suply
 from ..seeds import reset_seed
+from .control import call_env
 from .making import check_step, close_envs, reset, reward
 from .spaces import format_value, space_example
 
-__all__ = [
-    "RowOut",
-    "Stepped",
-    "Cast",
-    "EnvBatch",
-    "EnvList",
-    "cast_problem",
-]
+__all__ = ["RowOut", "Stepped", "Cast", "EnvBatch", "EnvList",
+           "cast_problem"]
 
 RowOut = namedtuple(
     "RowOut", "t obs rew fin truncated final info info_mask")
@@ -134,6 +130,8 @@ class EnvBatch:
         Whether ``step`` can leave some columns unstepped (``live``).
     can_reset_columns : bool
         Whether ``reset`` can reset some columns alone (``at``).
+    call_refusal : str or None
+        Why ``call`` is refused (EnvPool), or ``None``.
     """
 
     n_envs = 0
@@ -141,6 +139,7 @@ class EnvBatch:
     # whether a column can be left unstepped (sticky freezes columns), and
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
+    call_refusal = None
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None,
               check_casts=False):
@@ -188,6 +187,12 @@ class EnvBatch:
         -------
         stepped : Stepped
         """
+        raise NotImplementedError
+
+    def call(self, name, args, kwargs, *, first=0):
+        """Call the method ``name(*args, **kwargs)`` of every env, in
+        column order (``first``: the number of the first column, for
+        messages; see :mod:`.control`); an ``EnvCallError`` if it fails."""
         raise NotImplementedError
 
     def render(self, column):
@@ -304,6 +309,10 @@ class EnvList(EnvBatch):
         if ended or casts:
             return Stepped(ended, (), casts)
         return _CALM
+
+    def call(self, name, args, kwargs, *, first=0):
+        for j, env in self._columns:
+            call_env(env, name, args, kwargs, first + j)
 
     def render(self, column):
         return self.envs[column].render()

@@ -47,6 +47,8 @@ class EnvConcat(EnvBatch):
         self.can_freeze = all(part.can_freeze for part in self.parts)
         self.can_reset_columns = all(part.can_reset_columns
                                      for part in self.parts)
+        self.call_refusal = next((part.call_refusal for part in self.parts
+                                  if part.call_refusal is not None), None)
         # id(out.obs) -> (out.obs, out.rew, [each part's RowOut])
         self._rows = {}
 
@@ -96,6 +98,10 @@ class EnvConcat(EnvBatch):
             lost += [lo + j for j in stepped.lost]
             casts += _shifted(stepped.casts, lo)
         return Stepped(ended, lost, casts)
+
+    def call(self, name, args, kwargs, *, first=0):
+        for part, (lo, _) in zip(self.parts, self.bounds):
+            part.call(name, args, kwargs, first=first + lo)
 
     def render(self, column):
         for part, (lo, hi) in zip(self.parts, self.bounds):

@@ -46,6 +46,7 @@ from gymnasium.vector.utils import batch_space
 from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
 from .batch import _CALM, EnvBatch, Stepped, _check_cast, _obs_writer
+from .control import ENVPOOL_REFUSAL, call_source
 from .making import check_step, reward
 from .spaces import space_example
 
@@ -291,6 +292,9 @@ class VectorSource(EnvBatch):
                 mask = mask & ~lost
             _write_key(dst, out.info_mask[key], info, key, mask)
 
+    def call(self, name, args, kwargs, *, first=0):
+        call_source(self, name, args, kwargs, first)
+
     def close(self, quiet=False):
         try:
             self.source.close()
@@ -316,6 +320,7 @@ class EnvPoolSource(VectorSource):
         self._set_up(source, name, k, source.observation_space,
                      source.action_space, AutoresetMode.NEXT_STEP,
                      seeds_each=False, partial=True)
+        self.call_refusal = ENVPOOL_REFUSAL.format(name=name)
 
     def _reset_all(self, seeds):
         # seeded when made: EnvPool's reset takes no seed that reseeds

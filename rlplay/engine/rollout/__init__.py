@@ -91,6 +91,13 @@ keyword             default    meaning
                                would shape the batch otherwise is refused
 ==================  =========  =============================================
 
+Every generator and the :class:`Evaluator` (and :mod:`.episodic` over
+them) also have ``call_envs(name, *args, **kwargs)``: every env of every
+worker calls its method ``name`` at that worker's next fragment boundary,
+published with the parameters, stamped on every fragment as
+``meta.control`` and applied again by replacements and resumed runs
+(:mod:`._control`).
+
 Timeouts and ``restart_delay`` are finite numbers of seconds (``None``
 drops a deadline); bad values are refused up front, naming the argument,
 before anything starts.

@@ -34,6 +34,7 @@ from ..seeds import PROBE_COLLECTOR, env_seed_sequences
 from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
                         first_timeout)
 from ._collector import SessionSpec
+from ._control import CallLog, EnvControl
 from ._delivery import Delivery
 from ._params import SharedParams, cpu_copy
 from ._restarts import RESTART_DELAY
@@ -192,6 +193,8 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
         A template of one buffer (not shared).
     layout : dict
         What shapes it (:func:`~._resume.buffer_layout`), for resumes.
+    call_refusal : str or None
+        Why the source cannot take ``call_envs`` (EnvPool), or ``None``.
     """
     probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
                                                    PROBE_COLLECTOR),
@@ -204,7 +207,7 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
             template = prepare(probe, actor, n_steps, n_envs,
                                env_info=env_info, final=final).pyt
         return template, buffer_layout(template, probe.observation_space,
-                                       probe.action_space)
+                                       probe.action_space), probe.call_refusal
     finally:
         probe.close()
 
@@ -216,7 +219,7 @@ def _setting(value):
     return int(value)
 
 
-class SetUp:
+class SetUp(EnvControl):
     """The set-up of every generator (see the module docstring), in the
     order its steps are called: :meth:`_begin`, then :meth:`_lay_out` (or
     :meth:`_probe`, which calls it, for the generators with workers), then
@@ -225,7 +228,8 @@ class SetUp:
     It sets ``actor``, ``hx_dim`` (the actor's: where the env axis of each
     ``hx`` leaf is, for the consumers of batches), ``delivery`` and
     ``device`` (but for the evaluator), ``timeout`` and ``start_timeout``
-    (for the generators with workers) and ``stats``.
+    (for the generators with workers), ``stats`` and ``_calls`` (the
+    ``call_envs`` calls, :mod:`._control`; a resumed run's first).
     """
 
     _layout = None  # the evaluator's: it fills no fragment buffer
@@ -255,6 +259,7 @@ class SetUp:
                           for name, value in settings.items()}
         self._run = continuation(resume, entropy, kind, self._settings,
                                  n_workers)
+        self._calls = CallLog(self._run.calls)
         self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
         if delivery is not None:
             self.delivery = Delivery(*delivery)
@@ -290,7 +295,7 @@ class SetUp:
         """
         entropy = self._run.entropy  # one root for every worker
         worker_actor = cpu_copy(self.actor)
-        template, layout = probe_layout(
+        template, layout, self._calls.refusal = probe_layout(
             factory, worker_actor, n_steps, n_envs, entropy,
             env_info=env_info, final=final, sticky=sticky, name=name)
         self._lay_out(layout)
@@ -311,7 +316,8 @@ class SetUp:
         ``version``, ``workers`` a list of ``(seq, generation,
         restarts)``."""
         return self._run.state(self._kind, self._settings, self._layout,
-                               self.stats, version, workers, extra)
+                               self.stats, version, workers, extra,
+                               self._calls.state())
 
 
 class Supervised(SetUp):
@@ -343,7 +349,7 @@ class Supervised(SetUp):
             raise
         self._supervise(lambda: Supervisor(
             ctx, n_workers, self._source, name=name, params=self.params,
-            run=self._run, **self._policy))
+            run=self._run, calls=self._calls, **self._policy))
 
     def _supervise(self, make):
         """Make the supervisor (``make()``) and start its workers; on a
@@ -355,6 +361,14 @@ class Supervised(SetUp):
         except BaseException:
             self._close(graceful=False)
             raise
+
+    def _publish(self, actor, check, timeout):
+        """Publish the ``call_envs`` calls made since the last time (sent
+        to the workers first) and ``actor``'s parameters; returns their
+        version (see :mod:`._control`)."""
+        self._calls.publish()
+        self._supervisor.post_calls()
+        return self.params.publish(actor, check=check, timeout=timeout)
 
     def _close(self, graceful):
         """Stop the workers, then let go of what they shared: the device

@@ -12,16 +12,19 @@ Messages (named types, never positional tuples)::
 
     learner ──► worker                      worker ──► learner
     Give(indices)   free buffers to fill    Ready(index, seq, version,
-    Evaluate(request) one evaluation              waited, elapsed)
-    STOP            finish and exit         Result(request, returns, lengths,
-                                                  version, elapsed)
+    Evaluate(request) one evaluation              waited, elapsed, control)
+    CallEnvs(first, payloads) env calls     Result(request, returns, lengths,
+    STOP            finish and exit               version, elapsed, video,
+                                                  control)
                                             Failed(record, restartable)
                                             Bye(seq)
 
 A collecting worker fills the buffers it holds in the order it got them,
 loading the latest parameters before each fragment, and waits for a
 ``Give`` only when it holds none (and then as long as the learner lives).
-An evaluating worker waits for an ``Evaluate``.
+An evaluating worker waits for an ``Evaluate``. Either applies the
+``CallEnvs`` it received before its next fragment (evaluation), and says
+how many calls it applied in all (:mod:`._control`).
 
 Failures: everything a session raises is sent as :class:`Failed`, with the
 worker's :class:`ErrorRecord` (type, message, traceback) and whether a
@@ -52,6 +55,7 @@ from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
                         guard_group, guard_parent, ignore_interrupts,
                         set_cpu_affinity)
 from ..video import video_path, write_video
+from ._control import CallEnvs, WorkerCalls
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
            "SessionSpec", "Session", "WorkerConfig", "Buffers",
@@ -62,9 +66,10 @@ Give = namedtuple("Give", "indices")
 Evaluate = namedtuple("Evaluate", "request")
 STOP = "stop"
 # worker -> learner
-Ready = namedtuple("Ready", "index seq version waited elapsed")
-Result = namedtuple("Result", "request returns lengths version elapsed video",
-                    defaults=(None,))
+Ready = namedtuple("Ready", "index seq version waited elapsed control",
+                   defaults=(0,))
+Result = namedtuple("Result", "request returns lengths version elapsed video "
+                              "control", defaults=(None, 0))
 Failed = namedtuple("Failed", "record restartable")
 Bye = namedtuple("Bye", "seq")
 
@@ -89,7 +94,7 @@ cpu_affinity : None, 'auto' or tuple of tuples
 
 WorkerConfig = namedtuple(
     "WorkerConfig", "spec index collector generation seq params buffers "
-                    "free evaluation threads")
+                    "free evaluation threads calls", defaults=((),))
 WorkerConfig.__doc__ = """One worker's start bundle (made by keyword).
 
 spec : SessionSpec
@@ -114,6 +119,9 @@ evaluation : tuple (n_episodes, max_steps, pending, record) or None
     video of each evaluation's first episode goes, or ``None``.
 threads : int
     Torch threads.
+calls : tuple of bytes
+    The ``call_envs`` calls to apply before its first reset (set by the
+    supervisor: every call published so far, see :mod:`._control`).
 """
 
 Buffers = namedtuple("Buffers", "segment spec stride")
@@ -173,17 +181,23 @@ class Session:
         their own for ``g >= 1``).
     seq : int
         The ``meta.seq`` of its first fragment.
+    calls : sequence of bytes
+        The ``call_envs`` calls to apply before the first reset.
 
     Attributes
     ----------
     stage : str
         What the session is doing, for error messages.
+    calls : WorkerCalls
+        The calls received and how many were applied (``meta.control``).
     actor, envs
     """
 
-    def __init__(self, spec, index, collector, generation=0, seq=0):
+    def __init__(self, spec, index, collector, generation=0, seq=0,
+                 calls=()):
         self.spec, self.index, self.collector = spec, index, collector
         self.generation, self.seq = generation, seq
+        self.calls = WorkerCalls(calls)
         self.stage, self.envs, self.actor, self.ctx = "start-up", None, None, None
         self.version = None
         self.evaluations = 0
@@ -214,13 +228,15 @@ class Session:
 
     def begin(self, buffer):
         """Reset the envs for collection into buffers laid out as
-        ``buffer``."""
+        ``buffer``, once the calls received are applied."""
+        self.calls.apply(self)
         self.stage = "reset"
         first = self.index * self.spec.n_envs
         self.ctx = startup(self.envs, self.actor, buffer, self.seeds,
                            worker=self.index,
                            env_ids=np.arange(first, first + self.spec.n_envs),
                            generation=self.generation, seq=self.seq)
+        self.ctx.control = self.calls.applied
 
     def load(self, params, check=None, timeout=None):
         """Load the latest published parameters (if they changed)."""
@@ -228,9 +244,18 @@ class Session:
                                    timeout=timeout)
         return self.version
 
+    def receive(self, order):
+        """Keep the calls of a :class:`~._control.CallEnvs` order (else
+        ``False``: not one)."""
+        if isinstance(order, CallEnvs):
+            self.calls.receive(order)
+            return True
+        return False
+
     def fill(self, buffer, version=None):
-        """Collect the next fragment into ``buffer``; returns the seconds
-        it took."""
+        """Apply the calls received, collect the next fragment into
+        ``buffer``; returns the seconds it took."""
+        self.calls.apply(self)
         self.stage = f"collect (fragment {self.ctx.seq})"
         tic = time.perf_counter()
         collect(self.actor, buffer, self.ctx, sticky=self.spec.sticky,
@@ -242,7 +267,9 @@ class Session:
         """Play ``n_episodes`` in eval mode from fresh resets; returns
         ``(returns, lengths, seconds, video)``: with ``record`` (a
         directory), env 0's first episode is rendered and written there
-        as the video of parameter ``version`` (its path; else ``None``)."""
+        as the video of parameter ``version`` (its path; else ``None``).
+        The calls received are applied first."""
+        self.calls.apply(self)
         self.stage = f"evaluation {self.evaluations}"
         self.actor.eval()
         tic = time.perf_counter()
@@ -350,7 +377,7 @@ def main(conn, config, pdeathsig=True):
     ignore_interrupts()
     link = LearnerLink(conn)
     session = Session(config.spec, config.index, config.collector,
-                      config.generation, config.seq)
+                      config.generation, config.seq, config.calls)
     segment = None if config.buffers is None else config.buffers.segment
     if config.evaluation is not None and config.evaluation[3] is not None:
         # it renders frames, never a window: SDL (pygame, the renderer of
@@ -385,14 +412,15 @@ def _serve_fragments(link, session, config):
             if order is None:
                 link.send(Bye(session.ctx.seq))
                 return
-            free.extend(order.indices)
+            if not session.receive(order):
+                free.extend(order.indices)
         index = free.popleft()
         waited = time.perf_counter() - tic
         session.stage = f"collect (fragment {session.ctx.seq})"
         version = session.load(config.params, check=link.check)
         elapsed = session.fill(buffers[index], version)
         if not link.send(Ready(index, session.ctx.seq - 1, version, waited,
-                               elapsed)):
+                               elapsed, session.calls.applied)):
             return
 
 
@@ -406,10 +434,12 @@ def _serve_evaluations(link, session, config):
             order = link.recv()
             if order is None:
                 return
+            if session.receive(order):
+                continue
         session.stage = f"evaluation {order.request}"
         version = session.load(config.params, check=link.check)
         returns, lengths, elapsed, video = session.evaluate(
             n_episodes, max_steps, record, version)
         if not link.send(Result(order.request, returns, lengths, version,
-                                elapsed, video)):
+                                elapsed, video, session.calls.applied)):
             return

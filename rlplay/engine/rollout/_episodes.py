@@ -239,6 +239,11 @@ class Episodic:
         self._stats.update(state["stats"])
         self._lanes.load_state_dict(state["lanes"])
 
+    def call_envs(self, name, /, *args, **kwargs):
+        """The generator's ``call_envs`` (every env calls its method
+        ``name`` between fragments; returns the call's number)."""
+        return self.feed.call_envs(name, *args, **kwargs)
+
     def close(self):
         """Close the generator of fragments (when it has ``close``)."""
         close = getattr(self.feed, "close", None)

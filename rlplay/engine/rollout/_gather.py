@@ -146,9 +146,8 @@ class Gathered(Supervised, Generator):
         what = f"batch {stats['batches']}"
         deadline = Deadline(self._bound())
         supervisor.pump(0, what)  # deaths are reported at once
-        version = self.params.publish(
-            self.actor, check=lambda: supervisor.check(what),
-            timeout=deadline.lock_timeout())
+        version = self._publish(self.actor, lambda: supervisor.check(what),
+                                deadline.lock_timeout())
         taken = []
 
         def stale(arrival):

@@ -6,8 +6,9 @@ import):
 
 - :class:`RemoteWorker`, a Ray actor that drives the worker
   :class:`~._collector.Session` by method calls: ``start()`` (seed, make
-  the envs, reset; returns :class:`Started`, where it runs), ``fill(params)``
-  (load the parameters if new, collect into its own buffer, return
+  the envs, reset; returns :class:`Started`, where it runs),
+  ``fill(params, calls)`` (keep the ``call_envs`` calls, load the
+  parameters if new, apply the calls, collect into its own buffer, return
   ``(Ready, fragment)``), ``close()`` (close the envs, return its count).
   Everything the session raises is returned as a
   :class:`~._collector.Failed`, never raised through Ray;
@@ -52,6 +53,7 @@ from ..errors import WorkerDied
 from ..pool import views
 from ..utils.mp import ErrorRecord
 from ._collector import Failed, Ready, Session
+from ._control import CallLog, CallMail
 from ._restarts import Member, RestartPolicy, reported
 
 __all__ = ["RemoteWorker", "RemoteSupervisor", "Started", "join",
@@ -82,7 +84,7 @@ class RemoteWorker:
         if isinstance(spec, ray.ObjectRef):
             spec = ray.get(spec)
         self.session = Session(spec, config.index, config.collector,
-                               config.generation, config.seq)
+                               config.generation, config.seq, config.calls)
         self.layout, self.threads = config.buffers, config.threads
         self.buffer, self.idle_since = None, 0.0
 
@@ -100,18 +102,20 @@ class RemoteWorker:
         return Started(ray.get_runtime_context().get_node_id(),
                        ray.util.get_node_ip_address(), os.getpid())
 
-    def fill(self, params):
+    def fill(self, params, calls=None):
         tic, session = time.perf_counter(), self.session
         try:
             session.stage = f"collect (fragment {session.ctx.seq})"
+            if calls is not None:  # a CallEnvs, applied by fill()
+                session.receive(calls)
             version = session.load(params)
             elapsed = session.fill(self.buffer, version)
         except BaseException as exc:  # noqa: BLE001 - sent to the learner
             return session.failure(exc)
         waited, self.idle_since = tic - self.idle_since, time.perf_counter()
         # Ray copies these numpy views into the object store as it returns
-        return (Ready(None, session.ctx.seq - 1, version, waited, elapsed),
-                self.buffer.npy)
+        return (Ready(None, session.ctx.seq - 1, version, waited, elapsed,
+                      session.calls.applied), self.buffer.npy)
 
     def close(self):
         seq = None if self.session.ctx is None else self.session.ctx.seq
@@ -241,8 +245,10 @@ class RemoteSupervisor(RestartPolicy):
         Whose collection kills the actors and calls ``release`` (the
         supervisor by default): the generator, which the protocol's
         callbacks must not reference.
-    restarts, restart_delay, shutdown_timeout
-        As for :class:`~._supervisor.Supervisor`.
+    restarts, restart_delay, shutdown_timeout, calls
+        As for :class:`~._supervisor.Supervisor`; each worker's calls go
+        with its ``fill`` requests (``mail.take(w)``, made by the
+        protocol: a worker runs its requests in order).
 
     Attributes
     ----------
@@ -255,9 +261,12 @@ class RemoteSupervisor(RestartPolicy):
     """
 
     def __init__(self, n_workers, protocol, *, options, release, restarts,
-                 restart_delay, shutdown_timeout, owner=None, run=None):
+                 restart_delay, shutdown_timeout, owner=None, run=None,
+                 calls=None):
         self.members = [_Member(w, protocol.accounts[w])
                         for w in range(n_workers)]
+        self.mail = CallMail(calls if calls is not None else CallLog(),
+                             n_workers, gated=False)
         RestartPolicy.__init__(self, self.members, restarts, restart_delay,
                                run)
         self.protocol, self.options = protocol, options
@@ -276,8 +285,9 @@ class RemoteSupervisor(RestartPolicy):
             self._start(member)
 
     def _start(self, member):
+        config = self.protocol.config(member.index, member.generation)
         member.handle = _remote_class().options(**self.options).remote(
-            self.protocol.config(member.index, member.generation))
+            config._replace(calls=self.mail.start(member.index)))
         self._handles[member.index] = member.handle
         member.phase, member.where, member.due = _Phase.STARTING, None, None
         member.delivered = False
@@ -289,6 +299,9 @@ class RemoteSupervisor(RestartPolicy):
         member = self.members[w]
         ref = getattr(member.handle, method).remote(*args)
         self.pending[ref] = (member, method)
+
+    def post_calls(self):
+        """Nothing to send: each ``fill`` request carries the calls."""
 
     def running(self, w):
         """Whether worker ``w`` has an actor (starting or running)."""

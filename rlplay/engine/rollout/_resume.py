@@ -20,6 +20,11 @@ strings, lists; ``torch.save``-able and loadable with
     workers     per worker {"seq": the meta.seq of its next fragment,
                 "generation": its generation, "restarts": its count}
     extra       what one generator keeps besides (the evaluator's count)
+    calls       every ``call_envs`` call, in order: [{"method": name,
+                "payload": base64 of the cloudpickled call}]; a
+                continuation applies them all before collecting (so
+                resume only states you trust). A state without them
+                (saved before ``call_envs``) continues with none: control 0
 
 A continuation (``resume=state``, the other arguments as they were) is
 resume number ``r + 1`` of the run: its envs, workers and torch streams
@@ -51,11 +56,18 @@ import numpy as np
 
 from ..core import Fragment
 from ..seeds import resume_root, seed_sequence
+from ._control import saved_calls
 
 __all__ = ["FORMAT", "Continuation", "continuation", "check_state",
            "buffer_layout", "counters", "restore_counters"]
 
 FORMAT = "rlplay.run/1"
+
+# the rows of the buffer added since the format began: a state saved
+# before them lacks them and is continued as one that had them (the
+# acted flags the loop writes; a run without call_envs calls:
+# meta.control 0)
+_ADDED_ROWS = ("batch.acted", "batch.meta.control")
 
 # the stats counters that a continuation goes on from
 _COUNTERS = ("steps", "batches", "time_collect", "time_wall",
@@ -82,6 +94,8 @@ class Continuation:
     counters : dict
         The stats counters to go on from (empty for a fresh run).
     extra : dict
+    calls : list of (name, payload)
+        The ``call_envs`` calls made so far (:mod:`._control`).
     saved : dict or None
         The state resumed from.
     """
@@ -94,6 +108,7 @@ class Continuation:
             self.seq, self.generation = [0] * n_workers, [0] * n_workers
             self.restarts = [0] * n_workers
             self.version, self.counters, self.extra = 0, {}, {}
+            self.calls = []
         else:
             workers = saved["workers"]
             self.seq = [int(w["seq"]) for w in workers]
@@ -102,6 +117,7 @@ class Continuation:
             self.version = int(saved["version"])
             self.counters = dict(saved["counters"])
             self.extra = dict(saved.get("extra", {}))
+            self.calls = saved_calls(saved)
 
     def seeds(self):
         """The ``seeds`` entry of a state."""
@@ -128,6 +144,9 @@ class Continuation:
                     f"the run it continues")
         old = {path: (shape, dtype) for path, shape, dtype in saved["buffer"]}
         new = {path: (shape, dtype) for path, shape, dtype in layout["buffer"]}
+        for path in _ADDED_ROWS:  # a state saved before they were
+            if path in new:
+                old.setdefault(path, new[path])
         for path in sorted(old.keys() | new.keys()):
             if old.get(path) != new.get(path):
                 raise ValueError(
@@ -138,16 +157,17 @@ class Continuation:
                     f"continues")
 
     def state(self, kind, settings, layout, stats, version, workers,
-              extra=None):
+              extra=None, calls=()):
         """A ``state_dict()`` (see the module docstring): ``workers`` is a
-        list of ``(seq, generation, restarts)``."""
+        list of ``(seq, generation, restarts)``, ``calls`` the entry of
+        :meth:`~._control.CallLog.state`."""
         return {"format": FORMAT, "kind": kind, "settings": dict(settings),
                 "layout": layout, "seeds": self.seeds(),
                 "counters": counters(stats), "version": int(version),
                 "workers": [{"seq": int(seq), "generation": int(generation),
                              "restarts": int(restarts)}
                             for seq, generation, restarts in workers],
-                "extra": dict(extra or {})}
+                "extra": dict(extra or {}), "calls": list(calls)}
 
 
 def _shown(entry):
@@ -315,6 +335,7 @@ def check_state(resume):
         extra = _entry(resume, "extra", "['extra']", dict, "a dict")
         if "requests" in extra:  # the evaluator's count
             _count(extra, "requests", "['extra']['requests']")
+    saved_calls(resume)  # absent: none
 
 
 def buffer_layout(template, observation_space, action_space):

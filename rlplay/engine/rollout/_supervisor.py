@@ -11,7 +11,10 @@ the number of fragments it had in flight, which the protocol reclaims).
 
 
 - **start** worker ``w`` (generation ``g``) with a fresh duplex pipe, as an
-  ordinary, non-daemonic process (an env may start processes of its own);
+  ordinary, non-daemonic process (an env may start processes of its own),
+  with every ``call_envs`` call published so far (:mod:`._control`);
+- **post** the calls published since to the workers (:meth:`post_calls`,
+  under the flow control of :class:`~._control.CallMail`);
 - **pump**: one bounded wait on every pipe and every process sentinel,
   of at most :data:`POLL_INTERVAL` at a time; messages go to the
   protocol, a :class:`~._collector.Failed` report or a silent death
@@ -55,7 +58,8 @@ import time
 from ..errors import WorkerDied
 from ..utils.mp import (POLL_INTERVAL, ended, join_or_kill,
                         preload_forkserver, wait_ended)
-from ._collector import STOP, Bye, Failed, Ready, main
+from ._collector import STOP, Bye, Failed, Ready, Result, main
+from ._control import CallMail
 from ._restarts import Member, RestartPolicy, reported
 
 __all__ = ["Supervisor", "EXIT_PRIORITY"]
@@ -96,6 +100,8 @@ class Supervisor(RestartPolicy):
     restart_delay : float
         Seconds before a replacement starts.
     shutdown_timeout : float
+    calls : CallLog, optional
+        The generator's ``call_envs`` calls, which the workers get.
 
     Attributes
     ----------
@@ -108,13 +114,16 @@ class Supervisor(RestartPolicy):
     """
 
     def __init__(self, ctx, n_workers, protocol, *, name, params=None,
-                 restarts, restart_delay, shutdown_timeout, run=None):
+                 restarts, restart_delay, shutdown_timeout, run=None,
+                 calls=None):
         preload_forkserver(ctx)
         self.ctx, self.protocol = ctx, protocol
         self.name, self.params = name, params
         self.shutdown_timeout = shutdown_timeout
         self.workers = [_Worker(w, protocol.accounts[w])
                         for w in range(n_workers)]
+        self.mail = None if calls is None else CallMail(calls, n_workers,
+                                                        gated=True)
         RestartPolicy.__init__(self, self.workers, restarts, restart_delay,
                                run)
         self._owner = os.getpid()
@@ -136,6 +145,8 @@ class Supervisor(RestartPolicy):
 
     def _start(self, wk):
         config = self.protocol.config(wk.index, wk.generation)
+        if self.mail is not None:
+            config = config._replace(calls=self.mail.start(wk.index))
         conn, child = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
             target=main, args=(child, config, self._pdeathsig),
@@ -205,6 +216,14 @@ class Supervisor(RestartPolicy):
         on the pipes, such as the parameter lock); consumes messages."""
         self.pump(0, what)
 
+    def post_calls(self):
+        """Send each live worker the calls published that it may get now
+        (:meth:`~._control.CallMail.take`)."""
+        for wk in self.workers if self.mail is not None else ():
+            order = wk.process is not None and self.mail.take(wk.index)
+            if order:
+                self.send(wk.index, order)
+
     def send(self, w, order):
         """Send ``order`` to worker ``w``; a worker found gone is a
         failure (raised, or replaced: then the order is void)."""
@@ -234,6 +253,9 @@ class Supervisor(RestartPolicy):
                     return news + 1
                 if not isinstance(message, Bye):
                     wk.delivered = True
+                if isinstance(message, (Ready, Result)) and \
+                        self.mail is not None:
+                    self.mail.applied_by(wk.index, message.control)
                 news += 1
                 self.protocol.on_message(wk.index, message)
         except (EOFError, OSError):

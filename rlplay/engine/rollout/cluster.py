@@ -20,8 +20,9 @@ A *request* is one call ``fill(params)`` of a worker; there are
     queued or running (a worker) ─► ready (in the object store, then in
     the learner's queue) ─► collating (inside next()) ─► a new request ...
 
-A worker runs its requests in order; each loads the parameters that the
-request carries (from the object store, only when their version is not
+A worker runs its requests in order; each applies the ``call_envs`` calls
+that the request carries (those the worker was not sent yet, see
+:mod:`._control`), loads the parameters that the request carries (from the object store, only when their version is not
 the one it holds), collects the next fragment into its buffer and returns
 it: Ray copies it into the object store (the learner reads it without a
 copy on the same node, after one transfer from another node).
@@ -228,7 +229,12 @@ class RayRequests:
 
     def on_started(self, w):
         for _ in range(self.held[w]):  # queued after its start()
-            self.supervisor.call(w, "fill", self.params)
+            self._fill(w)
+
+    def _fill(self, w):
+        # a request: the parameters, and the calls that w was not sent
+        self.supervisor.call(w, "fill", self.params,
+                             self.supervisor.mail.take(w))
 
     def on_message(self, w, value):
         header, fragment = value
@@ -261,7 +267,7 @@ class RayRequests:
                 key=lambda w: (self.held[w], w != origin))
         self.held[w] += 1
         if self.supervisor.running(w):
-            self.supervisor.call(w, "fill", self.params)
+            self._fill(w)
 
     def close(self):
         self.fragments.clear()
@@ -297,7 +303,7 @@ class Rollout(Gathered):
             # the protocol calls its workers from on_started()
             requests.supervisor = RemoteSupervisor(
                 n_actors, requests, options=self._options, release=release,
-                owner=self, run=run, **self._policy)
+                owner=self, run=run, calls=self._calls, **self._policy)
         except BaseException:
             release()  # no supervisor holds it yet
             self._close(graceful=False)

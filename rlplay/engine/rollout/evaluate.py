@@ -21,8 +21,10 @@ one request is outstanding: submitted and not yet picked up::
     ...train...  poll() → Evaluation(..., v_n) ◄── Result(n, ...)
     submit(actor): publish v_m ...
 
-``submit`` publishes the parameters and returns at once; ``poll`` never
-waits; ``result`` waits, bounded. Since nothing is published while a
+``submit`` publishes the parameters (and the ``call_envs`` calls made
+since the last one, which the worker applies before it plays:
+``Evaluation.control``) and returns at once; ``poll`` never waits;
+``result`` waits, bounded. Since nothing is published while a
 request is outstanding, the worker evaluates exactly the version that
 ``submit`` returned, and the result says so.
 
@@ -68,8 +70,8 @@ from ._params import cpu_copy
 
 __all__ = ["Evaluator", "Evaluation"]
 
-Evaluation = namedtuple("Evaluation", "returns lengths version video",
-                        defaults=(None,))
+Evaluation = namedtuple("Evaluation", "returns lengths version video control",
+                        defaults=(None, 0))
 Evaluation.__doc__ = """The result of one evaluation.
 
 returns : ndarray of float64, shape = (n_episodes,)
@@ -78,6 +80,9 @@ version : int
     The parameter version evaluated (what ``submit`` returned).
 video : str or None
     With ``record=``: the path of the video of its first episode.
+control : int
+    The number of ``call_envs`` calls that its envs had applied (all those
+    made before the ``submit``).
 """
 
 
@@ -314,9 +319,8 @@ class Evaluator(Supervised, Breakable):
         requests, supervisor = self._source, self._supervisor
         supervisor.check("a request")
         what = "the parameter lock"
-        version = self.params.publish(
-            actor, check=lambda: supervisor.check(what),
-            timeout=Deadline(self.timeout).lock_timeout())
+        version = self._publish(actor, lambda: supervisor.check(what),
+                                Deadline(self.timeout).lock_timeout())
         requests.count += 1
         requests.version, requests.result = version, None
         self._version = version
@@ -379,7 +383,7 @@ class Evaluator(Supervised, Breakable):
         message, requests.result, requests.version = requests.result, \
             None, None
         result = Evaluation(message.returns, message.lengths,
-                            message.version, message.video)
+                            message.version, message.video, message.control)
         self.stats["evaluations"] += 1
         self.stats["time_evaluate"] += message.elapsed
         self.stats["last"] = result

@@ -43,6 +43,8 @@ fragment and records their version in ``meta.version``. The lag of a
 fragment (``v_k`` minus its version) counts the batches published while it
 was collected and while it waited for the learner, behind at most
 ``n_buffers - 1`` others; ``max_lag`` bounds it by dropping older ones.
+The ``call_envs`` calls go down the pipes with each publication, and a
+worker applies them before its next fragment (:mod:`._control`).
 
 Order: a worker sends its ``Ready`` reports down its pipe in the order it
 filled the buffers, and the learner takes arrivals in the order they came,

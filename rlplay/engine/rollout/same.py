@@ -55,10 +55,12 @@ class Rollout(SetUp, Generator):
         self.session = Session(SessionSpec(
             factory=factory, actor=actor, entropy=entropy, n_envs=int(n_envs),
             sticky=sticky, check_spaces=check_spaces), index=0, collector=0,
-            generation=run.generation[0], seq=run.seq[0])
+            generation=run.generation[0], seq=run.seq[0],
+            calls=self._calls.payloads)
         self._seq = run.seq[0]
         self.session.start(in_process=True)
         self.envs = self.session.envs
+        self._calls.refusal = self.envs.call_refusal
         try:
             if sticky:
                 check_sticky(self.envs)
@@ -90,6 +92,9 @@ class Rollout(SetUp, Generator):
         stats = self.stats
         tic = stats.begin()
         self.delivery.wait()  # the buffer may still feed a device copy
+        calls, session = self._calls, self.session
+        calls.publish()  # applied by fill(), before the fragment
+        session.receive(calls.since(len(session.calls.payloads)))
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._rng)
             self.session.fill(self.buffer, version=stats["batches"])

@@ -50,6 +50,8 @@ Why publish only after "ready" of #k: the shared copy holds one version;
 the worker loads ``v_{k-1}`` when it starts #k, which is before it reports
 #k ready, so the learner may overwrite it with ``v_k`` then and not before.
 Publishing earlier would let a slow worker load ``v_k`` for #k (no lag).
+The ``call_envs`` calls made before ``next()`` #k go with ``v_k``, down the
+pipe before ``Give``, and are applied before #k+1 (:mod:`._control`).
 
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
@@ -153,9 +155,8 @@ class Rollout(Supervised, Generator):
         shared.ready.delivered([arrival])
         if k > first:
             # publish only now (see the docstring), then hand back #k-1
-            self.params.publish(
-                self.actor, check=lambda: supervisor.check(what),
-                timeout=deadline.lock_timeout())
+            self._publish(self.actor, lambda: supervisor.check(what),
+                          deadline.lock_timeout())
             shared.release([self._held], supervisor)
         self._held = arrival
         waited = time.perf_counter() - tic
