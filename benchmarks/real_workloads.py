@@ -48,6 +48,8 @@ ATARI_STEPS = 32      # a fragment of 8 Pong envs: 7.2 MB of observations
 MUJOCO_STEPS = 128
 ALE_THREADS = 1       # the C++ threads of each AtariVectorEnv: one core per
 #                       process, as one torch thread
+# the actor's floor: calls between two clock reads (the CNN takes ms a call)
+ACTOR_CALLS = {"atari": 8, "atari_gym": 8, "mujoco": 64}
 
 
 # ------------------------------------------------------------------ envs --
@@ -348,10 +350,10 @@ def real_rows(section):
         hand = functools.partial(run_hand, factory, actor, n_steps)
     table = [
         floor("envs", envs_alone),
-        floor(f"actor.{n_envs}",
-              lambda s: run_actor_alone(single_env, actor, n_envs, s)),
-        floor(f"actor.{n_per_actor}",
-              lambda s: run_actor_alone(single_env, actor, n_per_actor, s)),
+        floor(f"actor.{n_envs}", lambda s: run_actor_alone(
+            single_env, actor, n_envs, s, ACTOR_CALLS[section])),
+        floor(f"actor.{n_per_actor}", lambda s: run_actor_alone(
+            single_env, actor, n_per_actor, s, ACTOR_CALLS[section])),
         row("hand", with_memory(hand, hand_bytes), f"1x{n_envs}"),
         row("same.rollout", rlplay_run(same, of(n_envs), actor, n_steps,
                                        n_envs), f"1x{n_envs}"),

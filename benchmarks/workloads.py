@@ -385,9 +385,10 @@ def run_envs_alone(factory, n_steps, seconds):
             env.close()
 
 
-def run_actor_alone(factory, actor, n_envs, seconds):
+def run_actor_alone(factory, actor, n_envs, seconds, calls=ACTOR_CALLS):
     """One batched ``actor.step`` for ``n_envs`` envs on a fixed
-    observation (their reset observations), :data:`ACTOR_CALLS` times."""
+    observation (their reset observations), ``calls`` times between two
+    clock reads."""
     envs = [factory() for _ in range(n_envs)]
     obs = np.stack([env.reset(seed=j)[0] for j, env in enumerate(envs)])
     for env in envs:
@@ -399,7 +400,7 @@ def run_actor_alone(factory, actor, n_envs, seconds):
            torch.zeros((1, n_envs), dtype=torch.bool))
 
     def fragment():
-        for _ in range(ACTOR_CALLS):
+        for _ in range(calls):
             actor.step(*row, hx=(), virtual=False)
 
-    return timed(fragment, ACTOR_CALLS * n_envs, seconds)
+    return timed(fragment, calls * n_envs, seconds)
