@@ -22,6 +22,7 @@ row whose package is missing or fails to set up is skipped with a note.
 import functools
 from contextlib import closing
 
+import gymnasium
 import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv
@@ -43,8 +44,8 @@ __all__ = ["N_REAL", "ALE_THREADS", "REAL_WORKLOADS", "PongActor",
            "GaussianActor", "make_ale", "make_pong", "make_pong_vec",
            "make_envpool_pong", "make_cheetah", "real_rows"]
 
-N_REAL = 8            # envs per actor call (multi: N_ACTORS workers of 8)
-ATARI_STEPS = 32      # a fragment of 8 Pong envs: 7.2 MB of observations
+N_REAL = 8            # envs per actor call
+ATARI_STEPS = 32      # a fragment of 8 Pong envs: 7.1 MiB of observations
 MUJOCO_STEPS = 128
 ALE_THREADS = 1       # the C++ threads of each AtariVectorEnv: one core per
 #                       process, as one torch thread
@@ -65,16 +66,14 @@ def make_ale(n_envs=N_REAL):
 
 def make_pong():
     """One ``ALE/Pong-v5`` with Gymnasium's ``AtariPreprocessing`` (frame
-    skip 4 over an env that skips none, no-op starts, 84x84 grayscale)
-    and a ``FrameStackObservation`` of 4: ``(4, 84, 84)`` uint8, as the
-    vector env's; no sticky actions, as there."""
+    skip 4 over an env that skips none, max-pool, no-op starts, 84x84
+    grayscale; rewards unclipped) and a ``FrameStackObservation`` of 4:
+    ``(4, 84, 84)`` uint8, as the vector env's; no sticky actions, as
+    there."""
     import ale_py
-    import gymnasium
-    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
     gymnasium.register_envs(ale_py)
-    env = gymnasium.make("ALE/Pong-v5", frameskip=1,
-                         repeat_action_probability=0.0)
-    return FrameStackObservation(AtariPreprocessing(env), 4)
+    return _wrap_pong(gymnasium.make("ALE/Pong-v5", frameskip=1,
+                                     repeat_action_probability=0.0))
 
 
 def _wrap_pong(env):
@@ -86,7 +85,6 @@ def make_pong_vec(n_envs=N_REAL):
     """:func:`make_pong`'s envs through ``gymnasium.make_vec`` (a
     ``SyncVectorEnv``, which resets one env alone: exact)."""
     import ale_py
-    import gymnasium
     gymnasium.register_envs(ale_py)
     return gymnasium.make_vec("ALE/Pong-v5", n_envs,
                               vectorization_mode="sync", frameskip=1,
@@ -105,7 +103,6 @@ def make_envpool_pong(seed=None, n_envs=N_REAL):
 
 
 def make_cheetah():
-    import gymnasium
     return gymnasium.make("HalfCheetah-v5")
 
 
