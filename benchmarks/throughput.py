@@ -6,6 +6,10 @@ floor, ceiling and column measures.
     python benchmarks/throughput.py [--json] [--profile] [--rounds 5]
                                     [--duration 1.5] [--only busy]
 
+The default run measures ``cartpole``, ``busy`` and ``vector``; the real
+workloads (``real_workloads.py``: Atari's Pong and MuJoCo's HalfCheetah,
+slow) run where ``--only`` names them: ``--only atari``, ``--only mujoco``.
+
 The script uses only rlplay's public API, so that it also runs against an
 older checkout (``PYTHONPATH=/path/to/checkout``), skipping the rows whose
 features are missing; the first line says which rlplay it measured.
@@ -20,12 +24,13 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import rlplay
-from harness import (Row, alternated, fmt, measure, median, paired,
-                     print_json, record, spread, timed)
-from profiling import print_profile, profile, profile_costs, run_profile
+from analysis import analyse, print_table
+from harness import Row, alternated, measure, print_json, timed
+from profiling import profile, profile_costs, run_profile
+from real_workloads import REAL_WORKLOADS, real_rows
 from rlplay.engine import PolicyActor
 from rlplay.engine.rollout import same
-from workloads import (N_ACTORS, N_CPUS, N_ENVS, N_VECTOR, WORKLOADS,
+from workloads import (N_ACTORS, N_CPUS, N_ENVS, WORKLOADS,
                        MLPActor, hand_loop, make_cartpole_vec, make_envpool,
                        n_cores, run_actor_alone, run_bare_loop, run_envs_alone,
                        run_generator, run_hand, run_hand_vector,
@@ -112,6 +117,8 @@ def rows(env_name, profile_rows=False):
     the table, then the profile's (with ``profile_rows``)."""
     if env_name == "vector":
         return vector_rows()
+    if env_name in REAL_WORKLOADS:
+        return real_rows(env_name)
     factory, n_steps, _ = WORKLOADS[env_name]
     actor = MLPActor()
     n_per_actor = N_ENVS // N_ACTORS
@@ -234,105 +241,6 @@ def vector_rows():
     ]
 
 
-# ------------------------------------------------------------- ceilings --
-
-def ceilings(env_rate, actor_rates, n_envs=N_ENVS):
-    """``{name: steps/s}`` of the ceilings of one section and round, from
-    the floors: ``env_rate`` and ``{envs per call: actor_rate}``;
-    ``n_envs``: the section's envs per actor call."""
-    result = {}
-    n2 = n_cores(N_ACTORS)
-    for n_call, actor_rate in sorted(actor_rates.items(), reverse=True):
-        one = 1 / (1 / env_rate + 1 / actor_rate)
-        if n_call == n_envs:
-            result[f"1x{n_call}"] = one
-        result[f"{n2}x{n_call}"] = n2 * one
-    if n_envs == N_ENVS and N_ENVS in actor_rates:
-        result["async"] = 1 / (1 / actor_rates[N_ENVS]
-                               + 1 / (n_cores(N_ENVS) * env_rate))
-    return result
-
-
-CEILING_NOTES = {
-    "1x": "one core: 1/(1/envs + 1/actor.{b})",
-    "async": "actor.{b} + envs over {n} cores: "
-             "1/(1/actor.{b} + 1/({n} x envs))",
-}
-
-
-def ceiling_note(key):
-    if key == "async":
-        return CEILING_NOTES["async"].format(b=N_ENVS, n=n_cores(N_ENVS))
-    n, b = key.split("x")
-    note = CEILING_NOTES["1x"].format(b=b)
-    return note if n == "1" else f"{n} cores: {n} x ({note})"
-
-
-# the row that each section's ``x same`` divides by, and the vector
-# section's ``ratio_list`` (its rows over 64 single envs in same.rollout)
-SAME_ROW = {"vector": "same.rollout.make_vec"}
-LIST_ROW = {"vector": "same.rollout.singles"}
-
-
-def analyse(selected, results):
-    """Rates per round of every row, ceilings and the ratios of each row.
-
-    Returns a list of output records (dicts), in table order."""
-    rate = {name: {r: res["steps_per_s"] for r, res in rounds.items()}
-            for name, rounds in results.items()}
-    records = []
-    for env_name in dict.fromkeys(row.workload for row in selected):
-        env_rows = [row for row in selected if row.workload == env_name]
-        for row in env_rows:
-            if row.kind == "floor" and row.name in rate:
-                records.append(record(row.name, "floor", rate[row.name]))
-        # ceilings, per round from that round's floors
-        env_rate = rate.get(f"{env_name}/floor.envs", {})
-        actor_rates = {int(name.rsplit(".", 1)[1]): values
-                       for name, values in rate.items()
-                       if name.startswith(f"{env_name}/floor.actor.")}
-        ceiling = {}
-        for r in env_rate:
-            at_r = {b: v[r] for b, v in actor_rates.items() if r in v}
-            for key, value in ceilings(env_rate[r], at_r,
-                                       WORKLOADS[env_name][2]).items():
-                ceiling.setdefault(key, {})[r] = value
-        for key, values in ceiling.items():
-            records.append(dict(record(f"{env_name}/ceiling.{key}",
-                                       "ceiling", values),
-                                note=ceiling_note(key)))
-        hand = rate.get(f"{env_name}/hand", {})
-        same_ = rate.get(
-            f"{env_name}/{SAME_ROW.get(env_name, 'same.rollout')}", {})
-        listed = rate.get(f"{env_name}/{LIST_ROW.get(env_name)}", {})
-        n_envs = WORKLOADS[env_name][2]
-        for row in env_rows:
-            if row.kind != "row" or row.name not in rate:
-                continue
-            values = rate[row.name]
-            ratio_same = paired(values, same_)
-            pct = paired(values, ceiling.get(row.ceiling, {}))
-            efficiency = None
-            if f".{N_ACTORS}x{n_envs}" in row.name and ratio_same:
-                efficiency = [x / N_ACTORS for x in ratio_same]
-            # a row timed beside the hand loop brings its own ratio
-            within = [res["x_hand"] for res in results[row.name].values()
-                      if "x_hand" in res]
-            item = dict(
-                record(row.name, "row", values),
-                ratio=median(within or paired(values, hand)),
-                ratio_same=median(ratio_same),
-                pct_ceiling=median(pct and [100 * x for x in pct]),
-                ceiling=row.ceiling,
-                efficiency=median(efficiency),
-                learner_cpu=median([res["learner_cpu"] for res in
-                                    results[row.name].values()]))
-            if env_name in LIST_ROW:
-                item["ratio_list"] = median(paired(values, listed))
-            records.append(item)
-    return records
-
-
 # ------------------------------------------------------------------ CLI --
 
 def main(argv=None):
@@ -363,7 +271,7 @@ def main(argv=None):
     torch.manual_seed(0)
 
     patterns = [p for p in args.only.split(",") if p] or [""]
-    every = [row for env_name in WORKLOADS
+    every = [row for env_name in sections(patterns)
              for row in rows(env_name, args.profile)]
     wanted = {row.name for row in every
               if any(p in row.name for p in patterns)}
@@ -402,40 +310,15 @@ def main(argv=None):
         sys.exit(f"failed: {', '.join(failed)}")
 
 
-def print_table(records, notes, order, costs):
-    name_width = 34
-    print("\nfloors and ceilings: steps/s, median [min-max] over rounds")
-    for item in records:
-        if item["kind"] in ("floor", "ceiling"):
-            print(f"{item['name']:<{name_width}} "
-                  f"{spread(item)}  {item.get('note', '')}")
-
-    print(f"\n{'name':<{name_width}} {'steps/s':>9} {'[min-max]':<19} "
-          f"{'x hand':>6} {'x same':>6} {'%ceil':>5} {'ceiling':>7} "
-          f"{'eff':>4} {'lrn':>4} {'x list':>6}")
-    table = [r for r in records if r["kind"] == "row"] + notes
-    for item in sorted(table, key=lambda r: order.get(r["name"], 0)):
-        if "skipped" in item or "failed" in item:
-            what = "skipped" if "skipped" in item else "failed"
-            print(f"{item['name']:<{name_width}} {what}: {item[what]}")
-            continue
-        pct = item["pct_ceiling"]
-        print(f"{item['name']:<{name_width}} {spread(item)} "
-              f"{fmt(item['ratio']):>6} {fmt(item['ratio_same']):>6} "
-              f"{'-' if pct is None else f'{pct:.0f}%':>5} "
-              f"{item['ceiling'] or '-':>7} "
-              f"{fmt(item['efficiency']):>4} "
-              f"{fmt(item['learner_cpu']):>4} "
-              f"{fmt(item.get('ratio_list')):>6}")
-    print("x hand, x same: over the hand-written loop's and same.rollout's "
-          "steps/s on the same env (vector: same.rollout.make_vec); %ceil: "
-          f"of ceiling.<ceiling>; eff: x same / {N_ACTORS}; lrn: this "
-          "process's CPU time over wall time (cores); x list (vector): over "
-          f"same.rollout over {N_VECTOR} single envs. Ratios are medians of "
-          "per-round ratios.")
-    for item in records:
-        if item["kind"] == "profile":
-            print_profile(item, costs)
+def sections(patterns):
+    """The sections whose rows ``--only``'s ``patterns`` may select: the
+    default ones, and a real one (slow) only where a pattern names it
+    (``atari`` names ``atari`` and ``atari_gym``; ``mujoco/hand``,
+    ``mujoco``)."""
+    return list(WORKLOADS) + [
+        name for name in REAL_WORKLOADS
+        if any(p and (p in name or p.startswith(name + "/"))
+               for p in patterns)]
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from rlplay.engine import BaseActorModule
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
            "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
            "make_envpool", "MLPActor", "PixelEnv", "NatureCNN", "CNNActor",
-           "PIXEL_SHAPE", "WORKLOADS", "Arrays", "hand_loop",
+           "PIXEL_SHAPE", "WORKLOADS", "Arrays", "clipper", "random_actions",
+           "hand_loop",
            "run_hand", "run_vector", "run_hand_vector", "run_bare_loop",
            "run_generator", "run_envs_alone", "run_source_alone",
            "run_actor_alone", "n_cores"]
@@ -189,14 +190,47 @@ WORKLOADS = {"cartpole": (make_cartpole, 128, N_ENVS),
 
 class Arrays:
     """Preallocated obs/act/rew/done of one fragment, for the loops that
-    rlplay does not drive (``obs`` has the lookahead row ``T``)."""
+    rlplay does not drive (``obs`` has the lookahead row ``T``); ``act``
+    holds ``action_space``'s actions (``Discrete`` ones, as int64, where
+    it is ``None``)."""
 
-    def __init__(self, space, n_steps, n_envs):
+    def __init__(self, space, n_steps, n_envs, action_space=None):
         self.obs = np.zeros((n_steps + 1, n_envs, *space.shape), space.dtype)
-        self.act = np.zeros((n_steps, n_envs), np.int64)
+        shape, dtype = ((), np.int64) if action_space is None or isinstance(
+            action_space, spaces.Discrete) else (action_space.shape,
+                                                 action_space.dtype)
+        self.act = np.zeros((n_steps, n_envs, *shape), dtype)
         self.rew = np.zeros((n_steps, n_envs), np.float32)
         self.done = np.zeros((n_steps, n_envs), bool)
         self.obs_pyt = torch.from_numpy(self.obs)  # the same memory
+
+
+    @property
+    def nbytes(self):
+        """The bytes of the four arrays."""
+        return sum(x.nbytes for x in (self.obs, self.act, self.rew,
+                                      self.done))
+
+
+def clipper(space):
+    """What the loops hand the envs from a batch of actions: ``Box`` ones
+    clipped into ``space``, as rlplay and SB3 do (a Gaussian samples
+    outside it), others as they are."""
+    if isinstance(space, spaces.Box):
+        low, high = space.low, space.high
+        return lambda actions: np.clip(actions, low, high)
+    return lambda actions: actions
+
+
+def random_actions(space, n_steps, n_envs):
+    """``n_steps`` lists of ``n_envs`` actions of ``space`` drawn up front
+    (Python ints for ``Discrete``), for the floors of the envs alone."""
+    rng = np.random.default_rng(0)
+    if isinstance(space, spaces.Discrete):
+        return [rng.integers(space.n, size=n_envs).tolist()
+                for _ in range(n_steps)]
+    return [list(rng.uniform(space.low, space.high, (
+        n_envs, *space.shape)).astype(space.dtype)) for _ in range(n_steps)]
 
 
 def hand_loop(factory, actor, n_steps, sample=None, n_envs=N_ENVS):
@@ -206,7 +240,9 @@ def hand_loop(factory, actor, n_steps, sample=None, n_envs=N_ENVS):
     profile passes a clocked one)."""
     sample = actor.sample if sample is None else sample
     envs = [factory() for _ in range(n_envs)]
-    buf = Arrays(envs[0].observation_space, n_steps, n_envs)
+    buf = Arrays(envs[0].observation_space, n_steps, n_envs,
+                 envs[0].action_space)
+    clip = clipper(envs[0].action_space)
     for j, env in enumerate(envs):
         buf.obs[0, j], _ = env.reset(seed=j)
 
@@ -216,7 +252,9 @@ def hand_loop(factory, actor, n_steps, sample=None, n_envs=N_ENVS):
             actions = sample(buf.obs_pyt[t]).numpy()
             act[t] = actions
             obs_next, rew_t, done_t = obs[t + 1], rew[t], done[t]
-            for j, (env, a) in enumerate(zip(envs, actions.tolist())):
+            actions = clip(actions)  # ints for Discrete, rows for Box
+            per_env = actions.tolist() if actions.ndim == 1 else actions
+            for j, (env, a) in enumerate(zip(envs, per_env)):
                 x, r, terminated, truncated, _ = env.step(a)
                 if terminated or truncated:
                     x, _ = env.reset()
@@ -260,7 +298,9 @@ def run_hand_vector(make_venv, actor, n_steps, seconds, n_envs=N_VECTOR):
 def _run_venv(venv, actor, n_steps, seconds, n_envs):
     """Time fragments of ``venv`` driven by ``actor`` into the arrays (one
     actor call and one step call per row); closes ``venv``."""
-    buf = Arrays(venv.single_observation_space, n_steps, n_envs)
+    buf = Arrays(venv.single_observation_space, n_steps, n_envs,
+                 venv.single_action_space)
+    clip = clipper(venv.single_action_space)
     buf.obs[0], _ = venv.reset(seed=0)
 
     def fragment():
@@ -268,7 +308,8 @@ def _run_venv(venv, actor, n_steps, seconds, n_envs):
         for t in range(n_steps):
             actions = actor.sample(buf.obs_pyt[t]).numpy()
             act[t] = actions
-            obs[t + 1], rew[t], terminated, truncated, _ = venv.step(actions)
+            obs[t + 1], rew[t], terminated, truncated, _ = venv.step(
+                clip(actions))
             np.logical_or(terminated, truncated, out=done[t])
         obs[0] = obs[n_steps]
 
@@ -328,9 +369,7 @@ def run_envs_alone(factory, n_steps, seconds):
     envs = [factory() for _ in range(N_ENVS)]
     for j, env in enumerate(envs):
         env.reset(seed=j)
-    rng = np.random.default_rng(0)
-    actions = [[int(a) for a in rng.integers(
-        envs[0].action_space.n, size=N_ENVS)] for _ in range(n_steps)]
+    actions = random_actions(envs[0].action_space, n_steps, N_ENVS)
 
     def fragment():
         for actions_t in actions:
@@ -346,9 +385,10 @@ def run_envs_alone(factory, n_steps, seconds):
             env.close()
 
 
-def run_actor_alone(factory, actor, n_envs, seconds):
+def run_actor_alone(factory, actor, n_envs, seconds, calls=ACTOR_CALLS):
     """One batched ``actor.step`` for ``n_envs`` envs on a fixed
-    observation (their reset observations), :data:`ACTOR_CALLS` times."""
+    observation (their reset observations), ``calls`` times between two
+    clock reads."""
     envs = [factory() for _ in range(n_envs)]
     obs = np.stack([env.reset(seed=j)[0] for j, env in enumerate(envs)])
     for env in envs:
@@ -360,7 +400,7 @@ def run_actor_alone(factory, actor, n_envs, seconds):
            torch.zeros((1, n_envs), dtype=torch.bool))
 
     def fragment():
-        for _ in range(ACTOR_CALLS):
+        for _ in range(calls):
             actor.step(*row, hx=(), virtual=False)
 
-    return timed(fragment, ACTOR_CALLS * n_envs, seconds)
+    return timed(fragment, calls * n_envs, seconds)

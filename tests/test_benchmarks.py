@@ -65,6 +65,59 @@ def test_throughput_prints_floors_ceilings_and_ratios():
     assert alternating["ratio"] > 0 and alternating["ceiling"] == "1x8"
 
 
+def test_throughput_runs_the_real_workloads_where_named():
+    """``--only`` that names a real section (Atari's Pong, MuJoCo's
+    HalfCheetah: slow, none of the default run) runs its rows and floors,
+    each row with its bytes per env step and shared memory per worker; a
+    dry run, one short row of two sections."""
+    pytest.importorskip("ale_py", reason="needs rlplay[atari]")
+    pytest.importorskip("mujoco", reason="needs rlplay[mujoco]")
+    rows = json_rows(run("throughput.py", "--json", "--duration", "0.05",
+                         "--rounds", "1", "--only",
+                         "atari/hand,mujoco/single.rollout"))
+    floors = ["floor.envs", "floor.actor.8", "floor.actor.4",
+              "ceiling.1x8", "ceiling.2x8", "ceiling.2x4", "ceiling.async"]
+    assert sorted(rows) == sorted(
+        [f"{section}/{name}" for section in ("atari", "mujoco")
+         for name in floors] + ["atari/hand", "mujoco/single.rollout"])
+    # the hand loop's arrays: a (4, 84, 84) uint8 frame a step and the
+    # lookahead row of 8 envs (32-step fragments), an int64 action, a
+    # float32 reward and a done flag; no worker
+    hand = rows["atari/hand"]
+    frame = 4 * 84 * 84
+    assert hand["bytes_per_step"] == pytest.approx(
+        frame * 33 / 32 + 8 + 4 + 1, abs=1e-3)
+    assert hand["shm_per_worker"] is None and hand["ratio"] == 1.0
+    # rlplay's batch: obs and final (float64), and the rest; its worker
+    # fills two buffers of a fragment of 8 envs (the batch is one, its
+    # fields laid out at aligned offsets)
+    single = rows["mujoco/single.rollout"]
+    assert 2 * 17 * 8 < single["bytes_per_step"] < 3 * 17 * 8
+    assert single["shm_per_worker"] == pytest.approx(
+        2 * 128 * 8 * single["bytes_per_step"], rel=0.01)
+    assert single["ceiling"] == "1x8" and single["pct_ceiling"] > 0
+
+
+def test_the_real_workloads_are_no_part_of_the_default_run(monkeypatch):
+    """The sections that ``--only`` patterns may select: the default
+    ones always, a real one where a pattern names it."""
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    before = set(sys.modules)
+    try:
+        sections = importlib.import_module("throughput").sections
+        default = ["cartpole", "busy", "vector"]
+        assert sections([""]) == default
+        assert sections(["hand", "same.rollout"]) == default
+        assert sections(["atari"]) == default + ["atari", "atari_gym"]
+        assert sections(["atari/hand"]) == default + ["atari"]
+        assert sections(["busy", "mujoco/hand"]) == default + ["mujoco"]
+    finally:  # the benchmarks' modules go (they are not the suite's)
+        for name in set(sys.modules) - before:
+            if os.path.dirname(getattr(sys.modules[name], "__file__", None)
+                               or "") == BENCHMARKS:
+                del sys.modules[name]
+
+
 def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
     """Two loops on a clock of their own, one taking 1/64 s a call and the
     other 3/64 s (exact in binary): each is timed over its own calls only,

@@ -31,8 +31,10 @@ each, so that the fragment's layout is what a list of the same envs gives:
 Seeding: where the source takes a list of seeds (``SyncVectorEnv``,
 ``AsyncVectorEnv``), every column is reset with the seed of its own child
 of the run's ``SeedSequence``; a source that takes one seed for all its
-envs (the native vector envs) is reset with the seed of its first column's
-child; an EnvPool env is seeded when it is made (a factory that takes
+envs (the native vector envs, ALE's ``AtariVectorEnv``) is reset with the
+seed of its first column's child, taken modulo ``2**31 - num_envs`` (ALE
+seeds its envs with that seed and the next ones, as 32-bit signed ints);
+an EnvPool env is seeded when it is made (a factory that takes
 ``seed=`` gets its first column's seed). A run is reproducible from
 ``entropy`` either way.
 
@@ -51,6 +53,10 @@ from .making import check_step, reward
 from .spaces import space_example
 
 __all__ = ["VectorSource", "EnvPoolSource", "is_envpool"]
+
+# a source that takes one seed for all its envs gets one below this bound
+# less its num_envs (see VectorSource._reset_all)
+SEED_BOUND = 2**31
 
 
 def is_envpool(source):
@@ -149,7 +155,10 @@ class VectorSource(EnvBatch):
         elif self.seeds_each:
             seed = [reset_seed(ss) for ss in seeds]
         else:
-            seed = reset_seed(seeds[0])
+            # one seed for all: ALE's AtariVectorEnv seeds its envs with
+            # seed, seed + 1, ... as 32-bit signed ints (a TypeError beyond),
+            # so the seed leaves room below 2**31 for every env's
+            seed = reset_seed(seeds[0]) % (SEED_BOUND - self.n_envs)
         return _pair(self.source.reset(seed=seed), self.name, "reset()")
 
     def _reset_columns(self, at, seeds=None):
