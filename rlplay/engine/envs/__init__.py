@@ -8,9 +8,9 @@ EnvPool) API.
   happened, a :class:`Stepped`) and its implementation for a list of
   single envs (:class:`EnvList`);
 - :mod:`.making`: making, checking, calling and closing single envs;
-- :mod:`.vector`: its implementations for batched sources, a Gymnasium
-  ``VectorEnv`` in any autoreset mode (:class:`VectorSource`) and an
-  EnvPool env (:class:`EnvPoolSource`);
+- :mod:`.vector`: its implementation for batched sources, a Gymnasium
+  ``VectorEnv`` in any autoreset mode (:class:`VectorSource`), and
+  :mod:`.envpool`, for an EnvPool env (:class:`EnvPoolSource`);
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
 - :mod:`.control`: calling a method of every env between fragments
@@ -23,7 +23,8 @@ from .making import (check_factory, check_step, close_envs, make_envs, reset,
 from .sources import EnvConcat, as_batch, check_columns, make_batch
 from .spaces import (box_clipper, format_value, info_example,
                      space_checker, space_example, space_placeholder)
-from .vector import EnvPoolSource, VectorSource, is_envpool
+from .envpool import EnvPoolSource, is_envpool
+from .vector import VectorSource
 
 __all__ = [
     "EnvBatch", "EnvList", "RowOut", "Stepped", "Cast", "cast_problem",

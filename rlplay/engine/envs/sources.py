@@ -16,7 +16,8 @@ import gymnasium
 from ..seeds import reset_seed
 from .batch import EnvBatch, EnvList, RowOut, Stepped
 from .making import _accepts_seed, _check_env, check_factory, close_envs
-from .vector import EnvPoolSource, VectorSource, is_envpool
+from .envpool import EnvPoolSource, is_envpool
+from .vector import VectorSource
 
 __all__ = ["EnvConcat", "make_batch", "as_batch", "check_columns"]
 

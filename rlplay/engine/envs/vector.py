@@ -48,22 +48,15 @@ from gymnasium.vector.utils import batch_space
 from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
 from .batch import _CALM, EnvBatch, Stepped, _check_cast, _obs_writer
-from .control import ENVPOOL_REFUSAL, call_source
+from .control import call_source
 from .making import check_step, reward
 from .spaces import space_example
 
-__all__ = ["VectorSource", "EnvPoolSource", "is_envpool"]
+__all__ = ["VectorSource"]
 
 # a source that takes one seed for all its envs gets one below this bound
 # less its num_envs (see VectorSource._reset_all)
 SEED_BOUND = 2**31
-
-
-def is_envpool(source):
-    """Whether ``source`` is an EnvPool env (checked without importing
-    EnvPool)."""
-    return type(source).__module__.startswith("envpool") or any(
-        cls.__module__.startswith("envpool") for cls in type(source).__mro__)
 
 
 class VectorSource(EnvBatch):
@@ -310,36 +303,6 @@ class VectorSource(EnvBatch):
         except Exception:  # noqa: BLE001 - re-raised unless quiet
             if not quiet:
                 raise
-
-
-class EnvPoolSource(VectorSource):
-    """An EnvPool env (synchronous: ``batch_size == num_envs``) as an
-    :class:`~.batch.EnvBatch` of ``num_envs`` columns: next-step autoreset,
-    with a partial reset (``reset(env_id)``), so the mapping is exact;
-    seeded when it is made."""
-
-    def __init__(self, source, name="the EnvPool env"):
-        config = getattr(getattr(source, "spec", None), "config", None)
-        k = getattr(config, "num_envs", None)
-        batch = getattr(config, "batch_size", k)
-        if k is None or batch != k:
-            raise ValueError(
-                f"{name} steps {batch} of its {k} envs per call (asynchronous"
-                f" EnvPool): rlplay needs them all, batch_size == num_envs")
-        self._set_up(source, name, k, source.observation_space,
-                     source.action_space, AutoresetMode.NEXT_STEP,
-                     seeds_each=False, partial=True)
-        self.call_refusal = ENVPOOL_REFUSAL.format(name=name)
-
-    def _reset_all(self, seeds):
-        # seeded when made: EnvPool's reset takes no seed that reseeds
-        return _pair(self.source.reset(), self.name, "reset()")
-
-    def _reset_columns(self, at, seeds=None):
-        obs, _ = _pair(self.source.reset(np.asarray(at, np.int32)),
-                       self.name, "reset()")
-        self.pending[at] = False
-        return _take(obs, list(range(len(at))), len(at), self.name)
 
 
 # ------------------------------------------------------------------ helpers
