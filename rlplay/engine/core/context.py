@@ -91,6 +91,9 @@ class Context:
         Recorded in ``meta.worker`` and ``meta.generation``.
     env_ids : ndarray, shape = (B,)
         Global env indices recorded in ``meta.env``.
+    agent_ids : ndarray, shape = (B,)
+        The agent of each column recorded in ``meta.agent`` (the env
+        batch's ``column_agents``).
     spaces_checked : bool
         A fragment was collected with space checks (so
         ``check_spaces='first'`` checks no more).
@@ -109,6 +112,7 @@ class Context:
         self.seq, self.worker, self.generation = seq, worker, generation
         self.env_ids = (np.arange(B) if env_ids is None
                         else np.asarray(env_ids, np.int64))
+        self.agent_ids = envs.column_agents
         self.spaces_checked = False
         # `last` holds the reset observations (row 0 of the first fragment)
         # and what recording them lost, for the first checked fragment

@@ -331,6 +331,7 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
     meta.env[:] = ctx.env_ids
     meta.seq[:] = ctx.seq
     meta.generation[:] = ctx.generation
+    meta.agent[:] = ctx.agent_ids
     ctx.accounts.finish()
     ctx.hx = hx
     ctx.seq += 1

@@ -65,6 +65,10 @@ field                    shape            row ``t`` holds
 ``meta.generation``      (B,) int64       0 for a worker's first envs,
                                           raised whenever its envs start
                                           again from resets (a restart)
+``meta.agent``           (B,) int64       the column's agent: its index in
+                                          ``possible_agents`` of a
+                                          PettingZoo env (0 for every
+                                          other source)
 =======================  ===============  ===================================
 
 Every generator delivers a worker's fragments in ``meta.seq`` order; row 0
@@ -163,7 +167,8 @@ _CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
 State = namedtuple("State", "stepno obs act rew fin")
 EpisodeStats = namedtuple("EpisodeStats", "ret length")
-Meta = namedtuple("Meta", "version worker env seq generation")
+Meta = namedtuple("Meta", "version worker env seq generation agent",
+                  defaults=(None,))
 Fragment = namedtuple(
     "Fragment", "state truncated final actor env env_mask hx stats meta "
                 "acted", defaults=(None,))

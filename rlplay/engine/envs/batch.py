@@ -134,6 +134,10 @@ class EnvBatch:
         Whether ``step`` can leave some columns unstepped (``live``).
     can_reset_columns : bool
         Whether ``reset`` can reset some columns alone (``at``).
+    column_agents : ndarray of int64, shape = (n_envs,)
+        The agent of each column (its index in a PettingZoo env's
+        ``possible_agents``; 0 for a single-agent source), recorded in
+        ``meta.agent``.
     """
 
     n_envs = 0
@@ -141,6 +145,10 @@ class EnvBatch:
     # whether a column can be left unstepped (sticky freezes columns), and
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
+
+    @property
+    def column_agents(self):
+        return np.zeros(self.n_envs, np.int64)
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None,
               check_casts=False):
