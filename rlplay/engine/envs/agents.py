@@ -197,10 +197,12 @@ class AgentEnvs(EnvBatch):
                             t)
         return casts
 
-    def _reset_env(self, e, obs_out, seed, casts, t):
+    def _reset_env(self, e, obs_out, seed, casts, t, fill=True):
         """Reset env ``e``; its agents' observations into ``obs_out``: the
-        first observation of those in its ``agents``, the placeholder for
-        the others."""
+        first observation of those in its ``agents``, and with ``fill``
+        the placeholder for the others (a step wrote theirs: the true last
+        observation of an agent that left, the placeholder of one
+        absent)."""
         env, A = self.envs[e], self.n_agents
         result = env.reset(seed=seed)
         if not (isinstance(result, tuple) and len(result) == 2):
@@ -221,7 +223,7 @@ class AgentEnvs(EnvBatch):
                 self._write(obs_out, j, value, f"reset() (agent {agent!r})")
                 if casts is not None:
                     _check_cast(casts, obs_out, j, value, t, True)
-            else:
+            elif fill:
                 self._write(obs_out, j, self._placeholder, "placeholder")
 
     # ------------------------------------------------------------- step --
@@ -277,7 +279,7 @@ class AgentEnvs(EnvBatch):
             else:
                 self._write(out.obs, j, self._placeholder, "placeholder")
         if actions and not now and autoreset:
-            self._reset_env(e, out.obs, None, casts, out.t)
+            self._reset_env(e, out.obs, None, casts, out.t, fill=False)
 
     def _played(self, j, agent, result, now, out, ended, casts):
         """Column ``j`` (``agent``, present) after the step: its

@@ -1,0 +1,420 @@
+"""PettingZoo parallel envs as columns, against a brute-force reference.
+
+The reference steps :class:`envs.AgentsEnv` by hand, one agent at a time,
+and writes each column's rows as the layout table of
+:mod:`rlplay.engine.core.layout` says (present agents act; absent ones are
+rows no action led to, with ``fin``, ``stepno = 0``, no reward and the
+placeholder observation; the env resets when no agent is left), with
+:class:`generators.CountingActor`'s policy in numpy. Every generator, the
+episodes, the replay buffer and the returns must agree with it exactly.
+"""
+import functools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pettingzoo")
+
+from bounds import STEADY  # noqa: E402
+from envs import AgentsEnv, agents_factory  # noqa: E402
+from generators import CountingActor, make  # noqa: E402
+from rlplay.engine.core import acted, evaluate  # noqa: E402
+from rlplay.engine.envs import make_batch  # noqa: E402
+from rlplay.engine.replay import Replay  # noqa: E402
+from rlplay.engine.returns import gae, returns  # noqa: E402
+from rlplay.engine.rollout import episodic  # noqa: E402
+from rlplay.engine.seeds import env_seed_sequences, reset_seed  # noqa: E402
+
+A, T, N_ENVS, ENTROPY, COUNT = 3, 4, 2, 11, 8
+B = A * N_ENVS  # columns per worker
+ENV_INFO = {"t": 0.0}
+
+
+# ------------------------------------------------------------- reference --
+
+def env_seeds(worker, n_envs=N_ENVS):
+    """The reset seed of each env of ``worker``: its first column's."""
+    seqs = env_seed_sequences(ENTROPY, A * n_envs, worker)
+    return [reset_seed(seqs[e * A]) for e in range(n_envs)]
+
+
+class Hand:
+    """Rows ``0 .. n_rows - 1`` of every column of ``len(seeds)``
+    AgentsEnv, stepped by hand: ``rows[field]`` of shape ``(n_rows, B)``
+    (``h``, ``hx``: ``(n_rows, B, 2)``; ``info_t``, ``info_mask``: row
+    ``t`` for the step into row ``t + 1``), and ``episodes``, each agent's
+    complete episodes."""
+
+    FIELDS = ("obs act rew final ret length stepno info_t".split(),
+              "fin truncated acted info_mask".split())
+
+    def __init__(self, seeds, n_rows):
+        self.envs = [AgentsEnv() for _ in seeds]
+        self.B, self.n_rows = A * len(seeds), n_rows
+        floats, flags = self.FIELDS
+        rows = {k: np.zeros((n_rows, self.B)) for k in floats}
+        rows.update({k: np.zeros((n_rows, self.B), bool) for k in flags})
+        rows["h"] = np.zeros((n_rows, self.B, 2), np.float32)
+        rows["hx"] = np.zeros((n_rows, self.B, 2), np.float32)
+        self.rows, self.episodes = rows, []
+        self.present = np.zeros(self.B, bool)
+        self.open = {}  # column -> its agent-episode under way
+        for e, (env, seed) in enumerate(zip(self.envs, seeds)):
+            obs, _ = env.reset(seed=seed)
+            self._appear(0, e, obs)
+        rows["fin"][0] = True
+        rows["final"][0] = rows["obs"][0]
+        hx = np.zeros((self.B, 2), np.float32)
+        for t in range(n_rows):
+            rows["hx"][t] = hx
+            hx = hx + np.stack([rows["obs"][t], rows["stepno"][t]],
+                               -1).astype(np.float32)
+            rows["h"][t] = hx
+            if t + 1 < n_rows:
+                self._step(t)
+                hx[rows["fin"][t + 1]] = 0
+
+    def _appear(self, t, e, obs):
+        """The agents of ``obs`` (a reset's or a spawn's) appear in row
+        ``t``: their first observation, an agent-episode starts."""
+        for a, agent in enumerate(self.envs[e].possible_agents):
+            j = e * A + a
+            if agent in obs:
+                self.rows["obs"][t, j] = obs[agent][0]
+                self.present[j] = True
+                self.open[j] = dict(column=j, obs=[obs[agent][0]], act=[],
+                                    rew=[])
+
+    def _step(self, t):
+        rows = self.rows
+        act = (rows["obs"][t].astype(np.int64)
+               + rows["stepno"][t].astype(np.int64)) % 5
+        rows["act"][t + 1] = act
+        for e, env in enumerate(self.envs):
+            names = env.possible_agents
+            was = self.present[e * A:(e + 1) * A].copy()
+            actions = {names[a]: int(act[e * A + a]) for a in range(A)
+                       if was[a]}
+            obs, rew, term, trunc, info = env.step(actions)
+            spawned = {}
+            for a, agent in enumerate(names):
+                j = e * A + a
+                if was[a]:
+                    self._acted(t, j, agent, obs, rew, term, trunc, info)
+                else:  # no action of its led here
+                    rows["fin"][t + 1, j] = True
+                    if agent in env.agents:
+                        spawned[agent] = obs[agent]
+            self._appear(t + 1, e, spawned)
+            if not env.agents:
+                obs, _ = env.reset()
+                self._appear(t + 1, e, obs)
+        ended = rows["acted"][t + 1] & rows["fin"][t + 1]
+        rows["final"][t + 1] = np.where(ended, rows["final"][t + 1],
+                                        rows["obs"][t + 1])
+
+    def _acted(self, t, j, agent, obs, rew, term, trunc, info):
+        rows, ep = self.rows, self.open[j]
+        rows["acted"][t + 1, j] = True
+        rows["rew"][t + 1, j] = rew[agent]
+        rows["info_t"][t, j] = info[agent]["t"]
+        rows["info_mask"][t, j] = True
+        rows["obs"][t + 1, j] = rows["final"][t + 1, j] = obs[agent][0]
+        ep["act"].append(rows["act"][t + 1, j])
+        ep["rew"].append(rew[agent])
+        ep["obs"].append(obs[agent][0])
+        if not (term[agent] or trunc[agent]):
+            rows["stepno"][t + 1, j] = rows["stepno"][t, j] + 1
+            return
+        rows["fin"][t + 1, j] = True
+        rows["truncated"][t + 1, j] = trunc[agent] and not term[agent]
+        rows["ret"][t + 1, j] = sum(ep["rew"])
+        rows["length"][t + 1, j] = len(ep["rew"])
+        self.present[j] = False
+        ep.update(terminated=bool(term[agent]),
+                  truncated=rows["truncated"][t + 1, j], end=t + 1)
+        self.episodes.append(self.open.pop(j))
+
+    def fragment(self, k):
+        """Rows ``k * T .. (k + 1) * T``."""
+        return {name: x[k * T:(k + 1) * T + (name != "info_t"
+                                              and name != "info_mask")]
+                for name, x in self.rows.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def hand(worker=0):
+    return Hand(env_seeds(worker), COUNT * T + 1)
+
+
+def check_fragment(batch, want, worker=0):
+    """Every field of ``batch`` (one worker's fragment) equals the
+    reference rows ``want``."""
+    close = functools.partial(np.testing.assert_array_equal)
+    state = batch.state
+    close(state.obs[..., 0].numpy(), want["obs"])
+    close(state.act.numpy(), want["act"])
+    close(state.rew.numpy(), want["rew"].astype(np.float32))
+    close(state.fin.numpy(), want["fin"])
+    close(state.stepno.numpy(), want["stepno"])
+    close(batch.truncated.numpy(), want["truncated"])
+    close(batch.acted.numpy()[1:], want["acted"][1:])
+    assert not batch.acted[0].any()
+    close(batch.final[..., 0].numpy(), want["final"])
+    close(batch.stats.ret.numpy()[1:], want["ret"][1:])
+    close(batch.stats.length.numpy()[1:], want["length"][1:])
+    close(batch.actor["value"].numpy(),
+          (want["obs"] * 0.5).astype(np.float32))
+    close(batch.actor["h"].numpy(), want["h"])
+    close(batch.hx.numpy(), want["hx"][0])
+    close(batch.env["t"].numpy(), want["info_t"].astype(np.float32))
+    close(batch.env_mask["t"].numpy(), want["info_mask"])
+    close(batch.meta.agent.numpy(), np.arange(B) % A)
+    close(batch.meta.env.numpy(), worker * B + np.arange(B))
+    close(batch.meta.worker.numpy(), np.full(B, worker))
+
+
+# ------------------------------------------------------ the reference env --
+
+def test_the_reference_covers_every_case():
+    """The cases the tests are for happen in the reference's fragments:
+    ends by termination and by truncation, and appearances, at row T (the
+    fragment's last step) and at row 1 (the next fragment's first step);
+    absent agents at row T; an agent leaving while others of its env play
+    on; the env reset as the last one leaves."""
+    rows = hand().rows
+    ends = rows["acted"] & rows["fin"]
+    absent = ~rows["acted"] & (rows["obs"] == 0)
+    appear = ~rows["acted"] & rows["fin"] & (rows["obs"] != 0)
+    r = np.arange(len(ends))
+    for where in ((r % T == 0) & (r > 0), r % T == 1):
+        assert (ends & rows["truncated"])[where].any()
+        assert (ends & ~rows["truncated"])[where].any()
+        assert appear[where].any()
+        assert absent[where].any()
+    # an agent leaves while another of its env plays on
+    left = ends[1:].reshape(-1, N_ENVS, A)
+    on = (rows["acted"][1:] & ~rows["fin"][1:]).reshape(-1, N_ENVS, A)
+    assert (left.any(-1) & on.any(-1)).any()
+    # the env resets where the last leaves: a reset observation at an end
+    assert (ends & (rows["obs"] != rows["final"])).any()
+    assert len({ep["column"] for ep in hand().episodes}) == B
+
+
+def test_parallel_api_test_passes():
+    from pettingzoo.test import parallel_api_test
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parallel_api_test(AgentsEnv(), num_cycles=200)
+
+
+# ------------------------------------------------------------ generators --
+
+@pytest.mark.parametrize("kind", ["same", "single", "multi"])
+def test_every_column_equals_the_hand_stepped_reference(kind):
+    feed = make(kind, agents_factory, CountingActor(), T, B, n_actors=2,
+                entropy=ENTROPY, env_info=ENV_INFO,
+                **({} if kind == "same" else {"timeout": STEADY}))
+    seen = {0: 0, 1: 0}
+    with feed:
+        for batch in feed:
+            worker = int(batch.meta.worker[0])
+            k = seen[worker]
+            if k < COUNT:
+                check_fragment(batch, hand(worker).fragment(k), worker)
+                assert int(batch.meta.seq[0]) == k
+                seen[worker] += 1
+            if min(seen.values()) == COUNT or (
+                    kind != "multi" and seen[0] == COUNT):
+                break
+
+
+def test_multi_under_spawn_equals_the_reference():
+    feed = make("multi", agents_factory, CountingActor(), T, B, n_actors=1,
+                entropy=ENTROPY, start_method="spawn", timeout=STEADY,
+                env_info=ENV_INFO)
+    with feed:
+        for k, batch in zip(range(2), feed):
+            check_fragment(batch, hand(0).fragment(k))
+
+
+def collected(count=COUNT, worker=0):
+    """``count`` fragments of ``same`` (copies)."""
+    feed = make("same", agents_factory, CountingActor(), T, B,
+                entropy=ENTROPY, env_info=ENV_INFO)
+    with feed:
+        return [batch for _, batch in zip(range(count), feed)]
+
+
+# -------------------------------------------------------------- consumers --
+
+def test_episodes_yields_each_agent_episode_exactly():
+    want = hand().episodes
+    got = next(iter(episodic.episodes(iter(collected()), len(want))))
+    assert got.n_episodes == len(want)
+    got_eps = []
+    for i in range(got.n_episodes):
+        lo, hi = int(got.offsets[i]), int(got.offsets[i + 1])
+        got_eps.append(dict(
+            column=int(got.meta.env[i]),
+            obs=got.obs[lo + i:hi + i + 1, 0].tolist(),
+            act=got.act[lo:hi].tolist(), rew=got.rew[lo:hi].tolist(),
+            terminated=bool(got.terminated[i]),
+            truncated=bool(got.truncated[i]), ret=float(got.ret[i])))
+    key = lambda ep: (ep["column"], ep["obs"][0])  # noqa: E731
+    for ep, mine in zip(sorted(want, key=key), sorted(got_eps, key=key)):
+        assert mine["column"] == ep["column"]
+        assert mine["obs"] == ep["obs"]
+        assert mine["act"] == ep["act"]
+        assert mine["rew"] == pytest.approx(ep["rew"])
+        assert (mine["terminated"], mine["truncated"]) == (
+            ep["terminated"], ep["truncated"])
+        assert mine["ret"] == sum(ep["rew"])
+
+
+def test_replay_never_links_across_an_absence_or_a_reset():
+    gamma, n = 0.5, 3
+    replay = Replay(1000)
+    batches = collected()
+    for batch in batches:
+        replay.extend(batch)
+    index = replay.indices()
+    assert len(index) == sum(int(acted(b)[1:].sum()) for b in batches)
+    got = replay.transitions(index, n_step=n, gamma=gamma)
+    # where each observation is in the reference's agent-episodes
+    rows = hand().rows
+    where = {}
+    for ep in hand().episodes:
+        for k, x in enumerate(ep["obs"][:-1]):
+            where[x] = (ep, k)
+    for i in range(len(index)):
+        x = float(got.obs[i, 0])
+        assert x != 0, "a transition from an absent row"
+        if x not in where:  # an episode still under way at the end
+            j = int(np.flatnonzero((rows["obs"] == x).any(0))[0])
+            assert not any(ep["column"] == j and x in ep["obs"]
+                           for ep in hand().episodes)
+            continue
+        ep, k = where[x]
+        m = min(n, len(ep["rew"]) - k)
+        G = sum(gamma ** i * r for i, r in enumerate(ep["rew"][k:k + m]))
+        assert float(got.rew[i]) == pytest.approx(G, rel=1e-6)
+        assert int(got.act[i]) == ep["act"][k]
+        assert float(got.next_obs[i, 0]) == ep["obs"][k + m]
+        ends = k + m == len(ep["rew"]) and ep["terminated"]
+        assert float(got.discount[i]) == pytest.approx(
+            0.0 if ends else gamma ** m)
+
+
+def brute_gae(rew, fin, truncated, moved, value, value_final, gamma, lam):
+    """GAE of each column's transitions, one agent-episode at a time."""
+    T1, n = rew.shape
+    adv = np.zeros((T1 - 1, n))
+    for j in range(n):
+        acc = 0.0
+        for t in range(T1 - 2, -1, -1):
+            if not moved[t + 1, j]:  # no action of the agent led there
+                adv[t, j], acc = 0.0, 0.0
+                continue
+            if fin[t + 1, j]:
+                boot = value_final[t + 1, j] if truncated[t + 1, j] else 0.0
+                acc = 0.0
+            else:
+                boot = value[t + 1, j]
+            acc = rew[t + 1, j] + gamma * boot - value[t, j] + \
+                gamma * lam * acc
+            adv[t, j] = acc
+    return adv
+
+
+def test_returns_and_gae_are_exact_per_agent():
+    gamma, lam = 0.5, 0.75
+    for k, batch in enumerate(collected(3)):
+        want = hand().fragment(k)
+        value = torch.from_numpy(want["obs"] / 1e6)
+        value_final = torch.from_numpy(want["final"] / 1e6)
+        args = (batch.state.rew.double(), batch.state.fin, batch.truncated,
+                value, value_final)
+        mask = ~acted(batch)
+        adv = gae(*args, gamma=gamma, lam=lam, mask=mask)
+        brute = brute_gae(want["rew"], want["fin"], want["truncated"],
+                          want["acted"], want["obs"] / 1e6,
+                          want["final"] / 1e6, gamma, lam)
+        np.testing.assert_allclose(adv.numpy(), brute, rtol=1e-12)
+        G = returns(*args, gamma=gamma, mask=mask)
+        np.testing.assert_allclose(
+            G.numpy(), brute_gae(want["rew"], want["fin"], want["truncated"],
+                                 want["acted"], want["obs"] / 1e6,
+                                 want["final"] / 1e6, gamma, 1.0)
+            + np.where(want["acted"][1:], want["obs"][:-1] / 1e6, 0),
+            rtol=1e-12)
+
+
+def test_evaluate_returns_each_agents_episodes():
+    seqs = env_seed_sequences(ENTROPY, B, 0)
+    envs = make_batch(agents_factory, seqs)
+    try:
+        ret, length = evaluate(envs, CountingActor(), 2 * B,
+                               seed_sequences=seqs)
+    finally:
+        envs.close()
+    want = {j: [ep for ep in hand().episodes if ep["column"] == j][:2]
+            for j in range(B)}
+    assert ret.tolist() == [sum(ep["rew"]) for j in range(B)
+                            for ep in want[j]]
+    assert length.tolist() == [len(ep["rew"]) for j in range(B)
+                               for ep in want[j]]
+
+
+# ---------------------------------------------------------------- refusals --
+
+def test_a_count_that_is_no_multiple_of_the_agents_is_refused():
+    with pytest.raises(ValueError, match=r"n_envs=4 is not a multiple of 3"
+                       r".*possible_agents \['a', 'b', 'c'\]"):
+        make("same", agents_factory, CountingActor(), T, 4)
+    with pytest.raises(ValueError, match=r"n_per_actor=5 is not a multiple"
+                       r" of 3"):
+        make("multi", agents_factory, CountingActor(), T, 5)
+
+
+def test_agents_of_different_spaces_are_refused_with_what_to_do():
+    with pytest.raises(TypeError, match=r"different action spaces: 'a' "
+                       r"Discrete\(5\), 'c' Discrete\(3\).*pad"):
+        make("same", functools.partial(agents_factory, spaces_differ=True),
+             CountingActor(), T, 3)
+
+
+def test_sticky_is_refused():
+    with pytest.raises(ValueError, match="sticky=True"):
+        make("same", agents_factory, CountingActor(), T, 3, sticky=True)
+
+
+def test_aec_envs_run_where_parallelizable_else_are_refused():
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    def aec_factory():
+        return parallel_to_aec(AgentsEnv())
+    feed = make("same", aec_factory, CountingActor(), T, B,
+                entropy=ENTROPY, env_info=ENV_INFO)
+    with feed:
+        check_fragment(next(iter(feed)), hand().fragment(0))
+
+    class TurnBased:
+        possible_agents = ["a", "b"]
+        metadata = {}
+
+        def observation_space(self, agent):
+            return AgentsEnv().observation_space(agent)
+
+        def agent_iter(self):
+            return iter(())
+
+        def last(self):
+            return None
+
+        def close(self):
+            pass
+    with pytest.raises(TypeError, match="AEC env .* is_parallelizable"):
+        make("same", TurnBased, CountingActor(), T, 2)
