@@ -9,6 +9,7 @@ placeholder observation; the env resets when no agent is left), with
 episodes, the replay buffer and the returns must agree with it exactly.
 """
 import functools
+import itertools
 import warnings
 
 import numpy as np
@@ -418,3 +419,105 @@ def test_aec_envs_run_where_parallelizable_else_are_refused():
             pass
     with pytest.raises(TypeError, match="AEC env .* is_parallelizable"):
         make("same", TurnBased, CountingActor(), T, 2)
+
+
+# -------------------------------------------------------------- real envs --
+
+class RandomActor(CountingActor):
+    """Uniform random actions of ``Discrete(n)`` (the worker's torch
+    generator), feed-forward."""
+
+    hx_dim = 1
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return torch.randint(0, self.n, stepno.shape), (), {}
+
+
+def check_invariants(batches, n_agents):
+    """The layout's invariants over one worker's fragments, in order;
+    returns how many agent-episodes ended, and how many agents left while
+    others of their env played on."""
+    prev, ret = None, None
+    n_ends = n_left = 0
+    for batch in batches:
+        fin, moved, stepno = batch.state.fin, batch.acted, batch.state.stepno
+        obs = batch.state.obs.flatten(2)
+        B = fin.shape[1]
+        assert torch.equal(batch.meta.agent, torch.arange(B) % n_agents)
+        if prev is not None:  # row T of one fragment is row 0 of the next
+            assert torch.equal(obs[0], prev.state.obs.flatten(2)[-1])
+            for x, y in ((fin, prev.state.fin), (stepno, prev.state.stepno),
+                         (batch.truncated, prev.truncated)):
+                assert torch.equal(x[0], y[-1])
+        else:
+            ret = torch.zeros(B, dtype=torch.float64)
+        assert not moved[0].any()
+        absent = ~moved[1:]
+        for x in (stepno[1:], batch.state.rew[1:], batch.truncated[1:],
+                  batch.stats.length[1:]):
+            assert not x[absent].any()
+        assert fin[1:][absent].all()
+        # absent at a row and the next: the placeholder observation
+        assert not obs[1:-1][absent[:-1] & absent[1:]].any()
+        goes_on = moved[1:] & ~fin[1:]
+        assert torch.equal(stepno[1:][goes_on], stepno[:-1][goes_on] + 1)
+        assert torch.equal(batch.final.flatten(2)[1:][goes_on],
+                           obs[1:][goes_on])
+        ends = moved[1:] & fin[1:]
+        assert not stepno[1:][ends].any()
+        assert torch.equal(batch.stats.length[1:][ends],
+                           stepno[:-1][ends] + 1)
+        assert not (batch.truncated[1:] & ~ends).any()
+        for t in range(1, fin.shape[0]):
+            ret += batch.state.rew[t].double()
+            done = ends[t - 1]
+            torch.testing.assert_close(batch.stats.ret[t][done], ret[done],
+                                       rtol=1e-5, atol=1e-4)
+            ret[done | ~moved[t]] = 0
+            # an agent left while another of its env acts on
+            on = (moved[t] & ~fin[t]).view(-1, n_agents).any(1)
+            n_left += int((done.view(-1, n_agents).any(1) & on).sum())
+        n_ends += int(ends.sum())
+        prev = batch
+    return n_ends, n_left
+
+
+def collect_real(factory, n_actions, n_agents, n_steps, n_batches,
+                 n_envs=1):
+    feed = make("multi", factory, RandomActor(n_actions), n_steps,
+                n_agents * n_envs, n_actors=2, entropy=ENTROPY,
+                timeout=STEADY, copy=True)
+    per_worker = {0: [], 1: []}
+    with feed:
+        for batch in itertools.islice(feed, n_batches):
+            per_worker[int(batch.meta.worker[0])].append(batch)
+    return per_worker
+
+
+def test_simple_spread_under_multi_keeps_the_layout():
+    simple_spread = pytest.importorskip("mpe2.simple_spread_v3")
+    per_worker = collect_real(simple_spread.parallel_env, 5, 3, 50, 8,
+                              n_envs=2)
+    for batches in per_worker.values():
+        assert len(batches) >= 2
+        n_ends, _ = check_invariants(batches, 3)
+        # every agent of both envs truncated at max_cycles=25
+        assert n_ends == 6 * (len(batches) * 50 // 25)
+        ends = torch.cat([b.acted[1:] & b.state.fin[1:] for b in batches])
+        assert torch.equal(ends, torch.cat(
+            [b.truncated[1:] for b in batches]))
+
+
+def test_knights_archers_zombies_agents_leave_while_others_play_on():
+    kaz = pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
+    factory = functools.partial(kaz.parallel_env, spawn_delay=3,
+                                max_zombies=20, line_death=True)
+    per_worker = collect_real(factory, 6, 4, 100, 8)
+    n_left = 0
+    for batches in per_worker.values():
+        n_left += check_invariants(batches, 4)[1]
+    assert n_left > 0
