@@ -2,8 +2,9 @@
 # install rlplay with the extras they need (torch pinned to the CPU build by
 # constraints.txt), then run. `make demo` needs the demo extra alone
 # (tqdm); `make test` installs every extra the suite and the benchmarks
-# use (Ray, EnvPool, Minari, TorchRL, SB3, Jupyter...: a few GB). Each has
-# its stamp, so `make demo` then `make test` installs the rest.
+# use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, Jupyter...: a few
+# GB). Each has its stamp, so `make demo` then `make test` installs the
+# rest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,7 +21,7 @@ $(DEMO_STAMP): $(SETUP)
 
 $(TEST_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench,pettingzoo]'
 	touch $(TEST_STAMP)
 
 demo: $(DEMO_STAMP)

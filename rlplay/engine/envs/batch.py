@@ -88,7 +88,9 @@ ended : list of int
 lost : list of int
     The columns whose call was lost: the source reset them one call late,
     ignoring their action, and their row holds a reset observation that no
-    executed action led to (see :mod:`.vector`).
+    executed action led to (see :mod:`.vector`); or whose agent was absent
+    (a PettingZoo env, see :mod:`.agents`), their row the first
+    observation of an agent that appears, else a placeholder.
 casts : list of Cast
     What recording the observations lost, in the order written (empty
     unless ``check_casts``).
