@@ -23,6 +23,7 @@ from envs import AgentsEnv, agents_factory  # noqa: E402
 from generators import CountingActor, make  # noqa: E402
 from rlplay.engine.core import acted, evaluate  # noqa: E402
 from rlplay.engine.envs import make_batch  # noqa: E402
+from rlplay.engine.norm import RunningNorm  # noqa: E402
 from rlplay.engine.replay import Replay  # noqa: E402
 from rlplay.engine.returns import gae, returns  # noqa: E402
 from rlplay.engine.rollout import episodic  # noqa: E402
@@ -307,6 +308,17 @@ def test_replay_never_links_across_an_absence_or_a_reset():
         ends = k + m == len(ep["rew"]) and ep["terminated"]
         assert float(got.discount[i]) == pytest.approx(
             0.0 if ends else gamma ** m)
+
+
+def test_running_norm_sees_what_agents_observed_after_acting():
+    norm = RunningNorm((1,))
+    for batch in collected():
+        norm.update_from(batch)
+    rows = hand().rows
+    seen = rows["obs"][1:][rows["acted"][1:]]
+    assert int(norm.count) == len(seen)
+    np.testing.assert_allclose(norm.mean.numpy(), [seen.mean()])
+    np.testing.assert_allclose(norm.var.numpy(), [seen.var()], rtol=1e-9)
 
 
 def brute_gae(rew, fin, truncated, moved, value, value_final, gamma, lam):
