@@ -26,8 +26,9 @@ from rlplay.engine.envs import make_batch  # noqa: E402
 from rlplay.engine.norm import RunningNorm  # noqa: E402
 from rlplay.engine.replay import Replay  # noqa: E402
 from rlplay.engine.returns import gae, returns  # noqa: E402
-from rlplay.engine.rollout import episodic  # noqa: E402
-from rlplay.engine.seeds import env_seed_sequences, reset_seed  # noqa: E402
+from rlplay.engine.rollout import Evaluator, episodic  # noqa: E402
+from rlplay.engine.seeds import (EVAL_COLLECTOR, env_seed_sequences,  # noqa: E402
+                                 reset_seed, seed_sequence)
 
 A, T, N_ENVS, ENTROPY, COUNT = 3, 4, 2, 11, 8
 B = A * N_ENVS  # columns per worker
@@ -206,7 +207,9 @@ def test_the_reference_covers_every_case():
 
 
 def test_parallel_api_test_passes():
-    from pettingzoo.test import parallel_api_test
+    with warnings.catch_warnings():  # importing it imports every env
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from pettingzoo.test import parallel_api_test
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         parallel_api_test(AgentsEnv(), num_cycles=200)
@@ -379,6 +382,45 @@ def test_evaluate_returns_each_agents_episodes():
                             for ep in want[j]]
     assert length.tolist() == [len(ep["rew"]) for j in range(B)
                                for ep in want[j]]
+
+
+def test_the_evaluator_plays_each_agents_episodes():
+    actor = CountingActor()
+    with Evaluator(agents_factory, actor, n_envs=B, n_episodes=2 * B,
+                   entropy=ENTROPY, start_method="fork") as evaluator:
+        evaluator.submit(actor)
+        result = evaluator.result()
+    seeds = env_seed_sequences(seed_sequence(ENTROPY), B, EVAL_COLLECTOR)
+    envs = make_batch(agents_factory, seeds)
+    try:
+        ret, length = evaluate(envs, actor, 2 * B, seed_sequences=[
+            ss.spawn(1)[0] for ss in seeds])
+    finally:
+        envs.close()
+    assert np.array_equal(result.returns, ret)
+    assert np.array_equal(result.lengths, length)
+    # per column: "a" lives 3 and 4 steps, "b" 4 and 4, "c" 6 and 7
+    assert length.tolist() == [3, 4, 4, 4, 6, 7] * 2
+
+
+def test_a_resumed_run_starts_its_agents_from_resets():
+    feed = make("same", agents_factory, CountingActor(), T, B,
+                entropy=ENTROPY)
+    with feed:
+        for _ in zip(range(3), feed):
+            pass
+        state = feed.state_dict()
+    feed = make("same", agents_factory, CountingActor(), T, B,
+                resume=state)
+    with feed:
+        batches = [batch for _, batch in zip(range(3), feed)]
+    assert batches[0].meta.seq.eq(3).all()
+    assert batches[0].meta.generation.eq(1).all()
+    first = batches[0].state
+    assert first.fin[0].all() and not first.stepno[0].any()
+    # "b" spawns after the reset: a placeholder at row 0
+    assert first.obs[0, :, 0].eq(0).tolist() == [False, True, False] * 2
+    check_invariants(batches, A)
 
 
 # ---------------------------------------------------------------- refusals --
