@@ -255,7 +255,8 @@ def check_sticky(envs):
         raise ValueError(
             "sticky=True freezes an env once its episode ended, but the "
             "factory's source steps all its envs at every call (a vector "
-            "env or EnvPool): use sticky=False, or a factory of single envs")
+            "env or EnvPool; a PettingZoo env steps all its agents): use "
+            "sticky=False, or a factory of single envs")
 
 
 
