@@ -45,7 +45,7 @@ PUBLIC_MODULES = {
 
 # notebooks that need an optional dependency: skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
-         "09_long_runs": "pygame"}
+         "09_long_runs": "pygame", "10_many_agents": ("mpe2", "pymunk")}
 
 
 def _check_solved(result):
@@ -99,6 +99,14 @@ def _check_long_runs(result):
         f" is not above the first one, {result['eval_first']:.1f}")
 
 
+def _check_many_agents(result):
+    assert result["last_return"] >= result["first_return"] + 2, (
+        f"the mean agent return went from {result['first_return']:.1f} to "
+        f"{result['last_return']:.1f}: it did not clearly rise")
+    assert result["kaz_absent_after_end"] and result["kaz_final_is_last_obs"], (
+        result)
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -109,6 +117,7 @@ CHECKS = {
     "07_episodes": _check_episodes,
     "08_off_policy": _check_off_policy,
     "09_long_runs": _check_long_runs,
+    "10_many_agents": _check_many_agents,
 }
 
 
@@ -217,8 +226,9 @@ def _result(nb, path):
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_notebook_runs(path, kernel_spec_manager):
-    if path.stem in NEEDS:
-        pytest.importorskip(NEEDS[path.stem])
+    needs = NEEDS.get(path.stem, ())
+    for module in [needs] if isinstance(needs, str) else needs:
+        pytest.importorskip(module)
     nb = nbformat.read(path, as_version=4)
     km = AsyncKernelManager(kernel_name=KERNEL_NAME,
                             kernel_spec_manager=kernel_spec_manager)
