@@ -837,3 +837,25 @@ class AgentsEnv(_ParallelBase):
 
 def agents_factory(spaces_differ=False):
     return AgentsEnv(spaces_differ)
+
+
+class BuggyAgentsEnv(AgentsEnv):
+    """An AgentsEnv with a bug at step 3: ``"missing"`` leaves agent "c"
+    out of the observations, ``"unflagged"`` removes agent "a" from
+    ``agents`` without a flag (it terminates at step 3 of episode 0),
+    ``"lingering"`` keeps it in ``agents`` after its termination."""
+
+    def __init__(self, bug):
+        super().__init__()
+        self.bug = bug
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = super().step(actions)
+        if self.t == 3:
+            if self.bug == "missing":
+                del obs["c"]
+            elif self.bug == "unflagged":
+                term["a"] = False
+            else:
+                self.agents.append("a")
+        return obs, rew, term, trunc, infos

@@ -19,7 +19,7 @@ import torch
 pytest.importorskip("pettingzoo")
 
 from bounds import STEADY  # noqa: E402
-from envs import AgentsEnv, agents_factory  # noqa: E402
+from envs import AgentsEnv, BuggyAgentsEnv, agents_factory  # noqa: E402
 from generators import CountingActor, make  # noqa: E402
 from rlplay.engine.core import acted, evaluate  # noqa: E402
 from rlplay.engine.envs import make_batch  # noqa: E402
@@ -439,6 +439,17 @@ def test_agents_of_different_spaces_are_refused_with_what_to_do():
                        r"Discrete\(5\), 'c' Discrete\(3\).*pad"):
         make("same", functools.partial(agents_factory, spaces_differ=True),
              CountingActor(), T, 3)
+
+
+@pytest.mark.parametrize("bug, message", [
+    ("missing", "step 2: the observation of live agent 'c' is missing"),
+    ("unflagged", "step 2: agent 'a' left agents without a termination"),
+    ("lingering", "step 2: agent 'a' ended .* but is still in agents")])
+def test_an_env_that_breaks_the_contract_is_named(bug, message):
+    feed = make("same", functools.partial(BuggyAgentsEnv, bug),
+                CountingActor(), T, A)
+    with feed, pytest.raises(ValueError, match=message):
+        next(iter(feed))
 
 
 def test_sticky_is_refused():

@@ -168,6 +168,9 @@ class AgentEnvs(EnvBatch):
         self._placeholder = space_placeholder(self.observation_space)
         self._act_kind = _act_kind(space_example(self.action_space), 0)
         self.present = np.zeros(self.n_envs, bool)
+        # how write messages name what returned an agent's observation
+        self._what = [f"step() (agent {agent!r})"
+                      for agent in self.possible_agents]
         self._agents = np.tile(np.arange(A, dtype=np.int64), len(self.envs))
 
     @property
@@ -263,7 +266,7 @@ class AgentEnvs(EnvBatch):
         for a, agent in enumerate(agents):
             j = base + a
             if present[j]:
-                self._played(j, agent, result, now, out, ended, casts)
+                self._played(j, a, result, now, out, ended, casts)
                 continue
             # absent at the last row: no action of its led here
             out.rew[j] = 0.0
@@ -272,7 +275,7 @@ class AgentEnvs(EnvBatch):
             if agent in now:  # spawned by this step
                 value = _entry(result[0], agent, "observation", self.name,
                                out.t)
-                self._write(out.obs, j, value, f"step() (agent {agent!r})")
+                self._write(out.obs, j, value, self._what[a])
                 if casts is not None:
                     _check_cast(casts, out.obs, j, value, out.t, False)
                 present[j] = True
@@ -281,11 +284,12 @@ class AgentEnvs(EnvBatch):
         if actions and not now and autoreset:
             self._reset_env(e, out.obs, None, casts, out.t, fill=False)
 
-    def _played(self, j, agent, result, now, out, ended, casts):
-        """Column ``j`` (``agent``, present) after the step: its
+    def _played(self, j, a, result, now, out, ended, casts):
+        """Column ``j`` (agent ``a``, present) after the step: its
         observation, reward, env info and, where it ended, its flags and
         true last observation."""
         name, t = self.name, out.t
+        agent, what = self.possible_agents[a], self._what[a]
         obs, rew, terminations, truncations, infos = result
         value = _entry(obs, agent, "observation", name, t)
         r = _entry(rew, agent, "reward", name, t)
@@ -296,7 +300,6 @@ class AgentEnvs(EnvBatch):
             info = infos.get(agent) if isinstance(infos, dict) else None
             _write_env_info(tuple(out.info_mask), info or {}, out.info,
                             out.info_mask, j)
-        what = f"step() (agent {agent!r})"
         self._write(out.obs, j, value, what)
         if casts is not None:
             _check_cast(casts, out.obs, j, value, t, False)
