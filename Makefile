@@ -2,8 +2,8 @@
 # install rlplay with the extras they need (torch pinned to the CPU build by
 # constraints.txt), then run. `make demo` needs the demo extra alone
 # (tqdm); `make test` installs every extra the suite and the benchmarks
-# use (Ray, EnvPool, Minari, TorchRL, SB3, ALE, MuJoCo, Jupyter...: a few
-# GB). Each has its stamp, so `make demo` then `make test` installs the
+# use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE, MuJoCo,
+# Jupyter...: a few GB). Each has its stamp, so `make demo` then `make test` installs the
 # rest.
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,7 +21,7 @@ $(DEMO_STAMP): $(SETUP)
 
 $(TEST_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench,atari,mujoco]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo]'
 	touch $(TEST_STAMP)
 
 demo: $(DEMO_STAMP)

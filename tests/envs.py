@@ -773,3 +773,132 @@ def level_vector(k=2):
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
     return SyncVectorEnv([LevelEnv] * k,
                          autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+# ------------------------------------------------- PettingZoo parallel envs
+
+try:  # the base class where PettingZoo is installed (rlplay[pettingzoo])
+    from pettingzoo import ParallelEnv as _ParallelBase
+except ImportError:  # the tests that use these envs skip
+    _ParallelBase = object
+
+
+class AgentsEnv(_ParallelBase):
+    """A deterministic PettingZoo parallel env of three agents whose
+    lives differ by episode ``k`` (0, 1, ...; steps ``t`` since the reset):
+
+    - ``"a"``: from the reset to step ``3 + k % 3``, terminated there;
+    - ``"b"``: spawned by step ``1 + k % 2``, leaves at step ``5 + k % 2``,
+      truncated when ``k`` is even, else terminated;
+    - ``"c"``: from the reset to step ``6 + k % 3``, truncated when
+      ``k % 3 == 1``, else terminated; the last to leave (with ``"b"``
+      when both leave at step 6), which ends the env's episode.
+
+    An agent's observation is ``offset + 1000 * k + 100 * (i + 1) + t``
+    (``i`` its index, ``offset`` drawn from the reset seed), its reward
+    the action it got plus ``i / 4``; an agent spawned by a step gets a
+    reward of 0.5 there (which no action of its earned). ``infos[agent]``
+    holds ``t``. A step must get exactly the live agents' actions.
+    ``spaces_differ`` gives ``"c"`` a Discrete(3) action space.
+    """
+
+    metadata = {"name": "agents_v0"}
+    render_mode = None
+
+    def __init__(self, spaces_differ=False):
+        self.possible_agents = ["a", "b", "c"]
+        box = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self._obs_spaces = dict.fromkeys(self.possible_agents, box)
+        self._act_spaces = {agent: spaces.Discrete(5)
+                            for agent in self.possible_agents}
+        if spaces_differ:
+            self._act_spaces["c"] = spaces.Discrete(3)
+        self.offset, self.k, self.t = 0.0, -1, 0
+        self.agents = []
+
+    def observation_space(self, agent):
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent):
+        return self._act_spaces[agent]
+
+    def lives(self, k=None):
+        """``{agent: (spawn, end, truncated)}`` of episode ``k`` (the
+        current one by default)."""
+        k = self.k if k is None else k
+        return {"a": (0, 3 + k % 3, False),
+                "b": (1 + k % 2, 5 + k % 2, k % 2 == 0),
+                "c": (0, 6 + k % 3, k % 3 == 1)}
+
+    def _obs(self, agent):
+        i = self.possible_agents.index(agent)
+        return np.array([self.offset + 1000 * self.k + 100 * (i + 1)
+                         + self.t], np.float32)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.offset = float(np.random.default_rng(seed).integers(100)
+                                * 100_000)
+        self.k, self.t = self.k + 1, 0
+        self.agents = [agent for agent, (spawn, _, _) in self.lives().items()
+                       if spawn == 0]
+        return ({agent: self._obs(agent) for agent in self.agents},
+                {agent: {} for agent in self.agents})
+
+    def step(self, actions):
+        if set(actions) != set(self.agents):
+            raise AssertionError(f"actions for {sorted(actions)}, live "
+                                 f"agents {sorted(self.agents)}")
+        self.t += 1
+        lives, t = self.lives(), self.t
+        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
+        spawned = [agent for agent, (spawn, _, _) in lives.items()
+                   if spawn == t]
+        for agent in self.agents + spawned:
+            _, end, truncated = lives[agent]
+            i = self.possible_agents.index(agent)
+            obs[agent] = self._obs(agent)
+            rew[agent] = (float(actions[agent]) + i / 4
+                          if agent in actions else 0.5)
+            term[agent] = end == t and not truncated
+            trunc[agent] = end == t and truncated
+            infos[agent] = {"t": float(t)}
+        self.agents = [agent for agent in self.agents + spawned
+                       if not (term[agent] or trunc[agent])]
+        return obs, rew, term, trunc, infos
+
+    def render(self):
+        return None
+
+    def close(self):
+        pass
+
+    @property
+    def unwrapped(self):
+        return self
+
+
+def agents_factory(spaces_differ=False):
+    return AgentsEnv(spaces_differ)
+
+
+class BuggyAgentsEnv(AgentsEnv):
+    """An AgentsEnv with a bug at step 3: ``"missing"`` leaves agent "c"
+    out of the observations, ``"unflagged"`` removes agent "a" from
+    ``agents`` without a flag (it terminates at step 3 of episode 0),
+    ``"lingering"`` keeps it in ``agents`` after its termination."""
+
+    def __init__(self, bug):
+        super().__init__()
+        self.bug = bug
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = super().step(actions)
+        if self.t == 3:
+            if self.bug == "missing":
+                del obs["c"]
+            elif self.bug == "unflagged":
+                term["a"] = False
+            else:
+                self.agents.append("a")
+        return obs, rew, term, trunc, infos

@@ -250,3 +250,20 @@ def test_gpu_runs_dry_on_the_cpu_and_says_when_cuda_is_missing():
 def torch_cuda_available():
     import torch
     return torch.cuda.is_available()
+
+
+def test_agents_prints_rlplay_and_its_peers():
+    pytest.importorskip("mpe2")
+    rows = json_rows(run("agents.py", "--json", "--seconds", "0.2",
+                         "--rounds", "1", "--envs", "2", "--steps", "16"))
+    names = ["hand", "same.rollout", "multi.rollout.2x1", "supersuit.sync",
+             "supersuit.procs", "torchrl.collector", "torchrl.multi.2x1"]
+    assert sorted(rows) == sorted(f"spread/{name}" for name in names)
+    for name, row in rows.items():
+        if "skipped" in row:  # a peer's package is missing
+            assert name.split("/")[1].startswith(("supersuit", "torchrl"))
+            continue
+        assert row["min"] <= row["steps_per_s"] <= row["max"]
+        assert "x_hand" in row
+    assert "x_peer" in rows["spread/multi.rollout.2x1"] or all(
+        "skipped" in rows[f"spread/{name}"] for name in names[3:])

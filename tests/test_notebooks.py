@@ -45,7 +45,7 @@ PUBLIC_MODULES = {
 
 # notebooks that need an optional dependency: skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
-         "09_long_runs": "pygame"}
+         "09_long_runs": "pygame", "11_many_agents": ("mpe2", "pymunk")}
 
 
 def _check_solved(result):
@@ -110,6 +110,14 @@ def _check_curriculum(result):
         f"the hardest distance was learned without the schedule: {result}")
 
 
+def _check_many_agents(result):
+    assert result["last_return"] >= result["first_return"] + 2, (
+        f"the mean agent return went from {result['first_return']:.1f} to "
+        f"{result['last_return']:.1f}: it did not clearly rise")
+    assert result["kaz_absent_after_end"] and result["kaz_final_is_last_obs"], (
+        result)
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -121,6 +129,7 @@ CHECKS = {
     "08_off_policy": _check_off_policy,
     "09_long_runs": _check_long_runs,
     "10_curriculum": _check_curriculum,
+    "11_many_agents": _check_many_agents,
 }
 
 
@@ -229,8 +238,9 @@ def _result(nb, path):
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_notebook_runs(path, kernel_spec_manager, monkeypatch):
-    if path.stem in NEEDS:
-        pytest.importorskip(NEEDS[path.stem])
+    needs = NEEDS.get(path.stem, ())
+    for module in [needs] if isinstance(needs, str) else needs:
+        pytest.importorskip(module)
     # a notebook that has a small size (QUICK) runs it here: the kernel
     # inherits this environment
     monkeypatch.setenv("RLPLAY_NOTEBOOK_QUICK", "1")

@@ -13,7 +13,8 @@ README does not show:
 
 The scripts import this checkout's rlplay (``PYTHONPATH``), and the
 ``demo`` extra (tqdm) is hidden from them: the README's examples need
-rlplay alone. A block that uses Ray is skipped where Ray is missing.
+rlplay alone. A block that uses Ray (or mpe2) is skipped where it is
+missing.
 """
 import os
 import re
@@ -30,7 +31,8 @@ README = ROOT / "README.md"
 BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
                    r"```python\n(.*?)```\n", flags=re.S)
 # what a block needs, by what it says: the module that must be importable
-NEEDS = {"rollout import cluster": "ray", "import ray": "ray"}
+NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
+         "import simple_spread": "mpe2"}
 # a bound on one block (bounds.py says why)
 from bounds import README_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there

@@ -94,6 +94,9 @@ class Context:
         ``meta.control`` (set by whoever applies them).
     env_ids : ndarray, shape = (B,)
         Global env indices recorded in ``meta.env``.
+    agent_ids : ndarray, shape = (B,)
+        The agent of each column recorded in ``meta.agent`` (the env
+        batch's ``column_agents``).
     spaces_checked : bool
         A fragment was collected with space checks (so
         ``check_spaces='first'`` checks no more).
@@ -113,6 +116,7 @@ class Context:
         self.control = 0
         self.env_ids = (np.arange(B) if env_ids is None
                         else np.asarray(env_ids, np.int64))
+        self.agent_ids = envs.column_agents
         self.spaces_checked = False
         # `last` holds the reset observations (row 0 of the first fragment)
         # and what recording them lost, for the first checked fragment

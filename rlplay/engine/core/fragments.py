@@ -332,6 +332,7 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
     meta.seq[:] = ctx.seq
     meta.generation[:] = ctx.generation
     meta.control[:] = ctx.control
+    meta.agent[:] = ctx.agent_ids
     ctx.accounts.finish()
     ctx.hx = hx
     ctx.seq += 1

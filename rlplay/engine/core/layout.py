@@ -30,8 +30,9 @@ field                    shape            row ``t`` holds
                                           limit), not a termination
 ``acted``                (1 + T, B) bool  an executed action led to row
                                           ``t`` (a transition): false at
-                                          row 0, at frozen rows and at
-                                          lost calls (:func:`acted`)
+                                          row 0, at frozen rows, at lost
+                                          calls and after an absent agent
+                                          (:func:`acted`)
 ``final``                (1 + T, B, ...)  the observation the transition
                                           into row ``t`` produced, before
                                           any reset: the true last
@@ -73,6 +74,10 @@ field                    shape            row ``t`` holds
                                           ``meta.control`` calls (row 0,
                                           row ``T`` of the fragment
                                           before, may precede the last)
+``meta.agent``           (B,) int64       the column's agent: its index in
+                                          ``possible_agents`` of a
+                                          PettingZoo env (0 for every
+                                          other source)
 =======================  ===============  ===================================
 
 Every generator delivers a worker's fragments in ``meta.seq`` order; row 0
@@ -148,6 +153,32 @@ no transition: ``acted`` is false there, and
 every consumer of fragments leave it out. Every other source (single
 envs, same-step or disabled autoreset, a source that resets an env alone)
 gives exactly the layout of a list of single envs.
+
+Many agents. A PettingZoo parallel env gives one column per agent of its
+``possible_agents`` (``meta.agent`` its index; see
+:mod:`rlplay.engine.envs.agents`), and each column is laid out as a single
+env whose episodes are the agent's lives. An agent that is *absent* at row
+``t`` (not spawned yet, or gone while the others play on) is sent no
+action, so row ``t + 1`` is no transition: ``acted`` false, ``fin =
+True``, ``rew = 0``, ``stepno = 0``, ``truncated = False``, no episode
+statistics, no env info, and ``obs`` (and ``final``) the observation
+space's placeholder, until the row where the agent appears (spawned by a
+step, or in a reset): that row holds its first observation, still with
+``acted`` false, ``fin = True`` and ``stepno = 0``, and its agent-episode
+starts there. The row where an agent leaves (its termination or
+truncation) is a transition with ``fin``, its ``truncated`` flag, its
+return and length in ``stats``, and its true last observation in
+``final`` and, as for a lost call, in ``obs`` (no next observation is
+known); where the env resets in that row (no agent left) and the agent is
+in the reset, ``obs`` holds its first observation of the next episode, as
+after any reset. ``act`` at a row no action led to holds what the actor
+chose at the row before (the actor is called on every column at every
+row, and its ``hx`` is reset at every ``fin``). So an absent agent's rows
+are, like frozen rows and lost calls, rows that are not transitions: the
+episode edges, the statistics, the masks of the returns, the episodes,
+the replay buffer and :class:`~rlplay.engine.norm.RunningNorm` leave them
+out, and an agent-episode never spans an absence. Row ``T`` is row 0 of
+the next fragment here too.
 """
 from collections import namedtuple
 
@@ -171,9 +202,10 @@ _CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
 State = namedtuple("State", "stepno obs act rew fin")
 EpisodeStats = namedtuple("EpisodeStats", "ret length")
-# control defaults to None (an empty leaf) for a Meta made by hand
-Meta = namedtuple("Meta", "version worker env seq generation control",
-                  defaults=(None,))
+# control and agent default to None (empty leaves) for a Meta made by
+# hand
+Meta = namedtuple("Meta", "version worker env seq generation control "
+                         "agent", defaults=(None, None))
 Fragment = namedtuple(
     "Fragment", "state truncated final actor env env_mask hx stats meta "
                 "acted", defaults=(None,))
@@ -233,7 +265,8 @@ def check_sticky(envs):
         raise ValueError(
             "sticky=True freezes an env once its episode ended, but the "
             "factory's source steps all its envs at every call (a vector "
-            "env or EnvPool): use sticky=False, or a factory of single envs")
+            "env or EnvPool; a PettingZoo env steps all its agents): use "
+            "sticky=False, or a factory of single envs")
 
 
 
@@ -264,8 +297,9 @@ def acted(fragment):
     fragment loop.
 
     Rows ``1 .. T`` but the frozen rows of a sticky fragment (those after
-    an env's episode ended) and the lost calls of a next-step source (see
-    the module docstring); row 0 repeats the previous fragment's row ``T``
+    an env's episode ended), the lost calls of a next-step source and the
+    rows after an absent agent of a PettingZoo env (see the module
+    docstring); row 0 repeats the previous fragment's row ``T``
     and is never counted. Episode statistics, the episode edges
     (:func:`episode_edges`), and the masks of
     :func:`rlplay.engine.returns.returns` and
@@ -321,8 +355,8 @@ def episode_edges(fragment):
         - ``starts``: row ``t`` holds the first observation of an episode
           (``fin``) that an executed action continues in this fragment
           (``acted[t + 1]``); at row ``T``, every ``fin`` (whether the
-          episode goes on is known in the next fragment). A frozen row or
-          a lost call starts nothing: the episode starts at the last row
+          episode goes on is known in the next fragment). A frozen row,
+          a lost call or an absent agent's row starts nothing: the episode starts at the last row
           before its first transition.
         - ``ends``: an executed action ended an episode at row ``t``
           (``acted & fin``): ``final[t]`` holds its last observation,

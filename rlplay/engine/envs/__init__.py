@@ -1,5 +1,5 @@
 """The env adapter: the only package that knows the Gymnasium (and
-EnvPool) API.
+EnvPool, PettingZoo) API.
 
 - :mod:`.spaces`: example leaves of spaces (what sizes the buffers),
   placeholders, a vectorised membership test, env info layouts;
@@ -11,6 +11,9 @@ EnvPool) API.
 - :mod:`.vector`: its implementation for batched sources, a Gymnasium
   ``VectorEnv`` in any autoreset mode (:class:`VectorSource`), and
   :mod:`.envpool`, for an EnvPool env (:class:`EnvPoolSource`);
+- :mod:`.agents`: its implementation for PettingZoo parallel envs, one
+  column per (env, agent) (:class:`~.agents.AgentEnvs`; imported when a
+  factory makes one, not here);
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
 - :mod:`.control`: calling a method of every env between fragments

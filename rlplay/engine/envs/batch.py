@@ -84,7 +84,9 @@ ended : list of int
 lost : list of int
     The columns whose call was lost: the source reset them one call late,
     ignoring their action, and their row holds a reset observation that no
-    executed action led to (see :mod:`.vector`).
+    executed action led to (see :mod:`.vector`); or whose agent was absent
+    (a PettingZoo env, see :mod:`.agents`), their row the first
+    observation of an agent that appears, else a placeholder.
 casts : list of Cast
     What recording the observations lost, in the order written (empty
     unless ``check_casts``).
@@ -132,6 +134,10 @@ class EnvBatch:
         Whether ``reset`` can reset some columns alone (``at``).
     call_refusal : str or None
         Why ``call`` is refused (EnvPool), or ``None``.
+    column_agents : ndarray of int64, shape = (n_envs,)
+        The agent of each column (its index in a PettingZoo env's
+        ``possible_agents``; 0 for a single-agent source), recorded in
+        ``meta.agent``.
     """
 
     n_envs = 0
@@ -140,6 +146,10 @@ class EnvBatch:
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
     call_refusal = None
+
+    @property
+    def column_agents(self):
+        return np.zeros(self.n_envs, np.int64)
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None,
               check_casts=False):

@@ -4,14 +4,19 @@ and EnvPool envs, side by side.
 ``factory()`` may return a single ``gymnasium.Env``, a
 ``gymnasium.vector.VectorEnv`` (``make_vec`` in any mode, ``SyncVectorEnv``,
 ``AsyncVectorEnv``, a native vector env such as ``CartPoleVectorEnv``) or
-an EnvPool env; a source of ``k`` envs gives ``k`` columns.
+an EnvPool env; a source of ``k`` envs gives ``k`` columns. It may also
+return a PettingZoo ``ParallelEnv`` (or an AEC env that PettingZoo can
+convert), whose ``A`` possible agents give ``A`` columns (see
+:mod:`.agents`, imported only then).
 :func:`make_batch` calls the factory until the columns add up (a count
 that is not a whole number of sources is refused) and returns one
 :class:`~.batch.EnvBatch`: an :class:`~.batch.EnvList` of single envs, a
-:class:`~.vector.VectorSource`, or, for several sources, an
+:class:`~.vector.VectorSource`, an :class:`~.agents.AgentEnvs` of
+PettingZoo envs, or, for several sources, an
 :class:`EnvConcat` of them.
 """
 import gymnasium
+import numpy as np
 
 from ..seeds import reset_seed
 from .batch import EnvBatch, EnvList, RowOut, Stepped
@@ -103,6 +108,9 @@ class EnvConcat(EnvBatch):
     def call(self, name, args, kwargs, *, first=0):
         for part, (lo, _) in zip(self.parts, self.bounds):
             part.call(name, args, kwargs, first=first + lo)
+    @property
+    def column_agents(self):
+        return np.concatenate([part.column_agents for part in self.parts])
 
     def render(self, column):
         for part, (lo, hi) in zip(self.parts, self.bounds):
@@ -149,7 +157,8 @@ def _shifted(casts, lo):
 
 def _source(made, factory, seed):
     """What the factory made, as a source: an EnvPool env or a vector env
-    as an EnvBatch, a single env as it is (checked, its spaces seeded)."""
+    as an EnvBatch, a PettingZoo env as a parallel env (an AEC one
+    converted), a single env as it is (checked, its spaces seeded)."""
     name = f"the {type(made).__name__} made by factory {factory!r}"
     if is_envpool(made):
         return EnvPoolSource(made, name)
@@ -158,10 +167,55 @@ def _source(made, factory, seed):
         source.action_space.seed(seed)
         source.observation_space.seed(seed)
         return source
+    if _is_multi_agent(made):
+        from .agents import as_parallel  # PettingZoo's: imported when used
+        return as_parallel(made, name)
     _check_env(made, factory)
     made.action_space.seed(seed)
     made.observation_space.seed(seed)
     return made
+
+
+def _is_multi_agent(made):
+    # PettingZoo's envs, told apart without importing .agents: a
+    # possible_agents list and per-agent space methods
+    return hasattr(made, "possible_agents") and callable(
+        getattr(made, "observation_space", None))
+
+
+class _Group:
+    """Consecutive sources of one kind that make one part of the batch:
+    single envs (an :class:`~.batch.EnvList`) or PettingZoo envs (an
+    :class:`~.agents.AgentEnvs`)."""
+
+    def __init__(self, parts, name):
+        self.parts, self.name = parts, name
+        self.kind, self.members, self.seeds = None, [], []
+
+    def add(self, source, kind, seeds):
+        if kind != self.kind:
+            self.flush()
+            self.kind = kind
+        self.members.append(source)
+        self.seeds += seeds
+
+    def flush(self):
+        if self.members:
+            if self.kind == "agents":
+                from .agents import AgentEnvs
+                part = AgentEnvs(self.members, self.name)
+                part.seed_spaces(self.seeds)
+            else:
+                part = EnvList(self.members)
+            self.parts.append(part)
+        self.kind, self.members, self.seeds = None, [], []
+
+
+def _width(source):
+    """The columns of a source that is no EnvBatch, and its kind."""
+    if _is_multi_agent(source):
+        return len(source.possible_agents), "agents"
+    return 1, "single"
 
 
 def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
@@ -178,7 +232,8 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
     TypeError
         ``factory`` is not callable, or returns something that is not an
         env; sources of different spaces; a vector env whose spaces are
-        not batched as declared.
+        not batched as declared; PettingZoo agents of different spaces, an
+        AEC env that cannot run in parallel.
     ValueError
         The columns are not a whole number of the factory's sources.
     Exception
@@ -187,8 +242,8 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
     """
     check_factory(factory)
     pass_seed = _accepts_seed(factory)
-    n, col, made = len(seed_sequences), 0, []
-    parts, singles = [], []
+    n, col, made, parts = len(seed_sequences), 0, [], []
+    group = _Group(parts, f"the PettingZoo envs made by factory {factory!r}")
     try:
         while col < n and (max_sources is None or len(made) < max_sources):
             seed = reset_seed(seed_sequences[col])
@@ -202,22 +257,17 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
                     f"factory a seed parameter and pass it on (lambda "
                     f"seed: envpool.make_gymnasium(..., seed=seed))")
             source = _source(raw, factory, seed)
-            if not isinstance(source, EnvBatch):
-                singles.append(source)
-                col += 1
-                continue
-            if max_sources is None and col + source.n_envs > n:
-                raise ValueError(
-                    f"{name}={n} is not a whole number of the factory's "
-                    f"sources ({type(raw).__name__} with num_envs="
-                    f"{source.n_envs})")
-            if singles:
-                parts.append(EnvList(singles))
-                singles = []
-            parts.append(source)
-            col += source.n_envs
-        if singles:
-            parts.append(EnvList(singles))
+            width, kind = (source.n_envs, None) if isinstance(
+                source, EnvBatch) else _width(source)
+            if max_sources is None and col + width > n:
+                raise ValueError(_not_whole(name, n, width, raw, source))
+            if kind is None:
+                group.flush()
+                parts.append(source)
+            else:
+                group.add(source, kind, seed_sequences[col:col + width])
+            col += width
+        group.flush()
     except BaseException:
         # what was made would leak otherwise; the original error wins
         try:
@@ -228,6 +278,19 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
     return parts[0] if len(parts) == 1 else EnvConcat(parts)
 
 
+def _not_whole(name, n, width, raw, source):
+    """The message for ``name=n`` columns that are not a whole number of
+    sources of ``width`` columns."""
+    agents = getattr(source, "possible_agents", None)
+    if agents is not None:
+        return (f"{name}={n} is not a multiple of {width}, the agents of "
+                f"each PettingZoo env the factory returns "
+                f"(possible_agents {list(agents)}): each (env, agent) is "
+                f"a column")
+    return (f"{name}={n} is not a whole number of the factory's sources "
+            f"({type(raw).__name__} with num_envs={width})")
+
+
 def check_columns(batch, n_envs, name="n_envs"):
     """Check, up front, that ``n_envs`` columns are a whole number of
     sources like ``batch`` (one source, a probe).
@@ -235,10 +298,12 @@ def check_columns(batch, n_envs, name="n_envs"):
     Raises
     ------
     ValueError
-        Naming ``name``, ``n_envs`` and the source's envs.
+        Naming ``name``, ``n_envs`` and the source's envs (or agents).
     """
     k = batch.n_envs
     if n_envs % k:
+        if getattr(batch, "possible_agents", None) is not None:
+            raise ValueError(_not_whole(name, n_envs, k, None, batch))
         raise ValueError(
             f"{name}={n_envs} is not a multiple of {k}, the envs of each "
             f"source the factory returns: a worker calls the factory until "
