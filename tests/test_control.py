@@ -175,15 +175,15 @@ def test_a_resumed_run_applies_every_call_before_collecting(kind):
         feed.call_envs("set_level", 2)
         state = roundtrip(feed.state_dict())
     assert [call["method"] for call in state["calls"]] == ["set_level"] * 2
-    # a state saved before call_envs (and before the acted field): no
-    # calls, no meta.control, no acted
+    # a state saved before call_envs (and before the acted field and
+    # meta.agent): no calls, no meta.control, no acted, no meta.agent
     old = {key: value for key, value in state.items() if key != "calls"}
+    added = {"batch.meta.control", "batch.acted", "batch.meta.agent"}
     if state["layout"] is not None:
         rows = state["layout"]["buffer"]
-        assert {"batch.meta.control", "batch.acted"} <= {r[0] for r in rows}
+        assert added <= {r[0] for r in rows}
         old["layout"] = dict(state["layout"], buffer=[
-            row for row in rows
-            if row[0] not in ("batch.meta.control", "batch.acted")])
+            row for row in rows if row[0] not in added])
     for resume, control in ((state, 2), (old, 0)):
         if kind == "evaluator":
             with evaluator(resume=resume) as feed:

@@ -66,8 +66,8 @@ FORMAT = "rlplay.run/1"
 # the rows of the buffer added since the format began: a state saved
 # before them lacks them and is continued as one that had them (the
 # acted flags the loop writes; a run without call_envs calls:
-# meta.control 0)
-_ADDED_ROWS = ("batch.acted", "batch.meta.control")
+# meta.control 0; meta.agent, 0 but for PettingZoo sources)
+_ADDED_ROWS = ("batch.acted", "batch.meta.control", "batch.meta.agent")
 
 # the stats counters that a continuation goes on from
 _COUNTERS = ("steps", "batches", "time_collect", "time_wall",
