@@ -1,6 +1,7 @@
 """What ``make demo`` and ``make test`` install, read from dry runs
 (``make -n``: nothing is installed), and the extras of setup.cfg."""
 import configparser
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +21,11 @@ def _extras():
     return {name: [line.split("#")[0].strip()
                    for line in extras[name].splitlines()
                    if line.split("#")[0].strip()] for name in extras}
+
+
+def _name(requirement):
+    """The distribution a requirement line names, normalised."""
+    return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower()
 
 
 def _installs(target, venv):
@@ -52,3 +58,19 @@ def test_the_notebooks_extra_has_a_front_end():
     """``pip install rlplay[notebooks]`` can open the notebooks
     (``jupyter lab notebooks/``), not only execute them."""
     assert any(req.startswith("jupyterlab") for req in _extras()["notebooks"])
+
+
+def test_one_distribution_installs_the_pygame_module():
+    """pygame and pygame-ce both install the module ``pygame`` (the later
+    install overwrites the other's files): the extras ask for pygame-ce,
+    which mpe2 (rlplay[bench]) and gymnasium[classic-control] bring too,
+    and never for pygame; constraints.txt pins the same one."""
+    asked = {name: {_name(req) for req in reqs}
+             for name, reqs in _extras().items()}
+    assert "pygame-ce" in asked["video"], asked["video"]
+    both = [name for name, names in asked.items() if "pygame" in names]
+    assert not both, f"extras {both} ask for pygame, not pygame-ce"
+    pinned = {_name(line.split("#")[0].strip())
+              for line in (ROOT / "constraints.txt").read_text().splitlines()
+              if line.split("#")[0].strip()}
+    assert "pygame-ce" in pinned and "pygame" not in pinned, sorted(pinned)

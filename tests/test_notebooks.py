@@ -43,7 +43,8 @@ PUBLIC_MODULES = {
     "rlplay.engine.rollout.cluster", "rlplay.engine.rollout.episodic",
 }
 
-# notebooks that need an optional dependency: skipped without it
+# notebooks that need an optional dependency (a module: rlplay[video]
+# installs `pygame` as pygame-ce): skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
          "09_long_runs": "pygame", "11_many_agents": ("mpe2", "pymunk")}
 

@@ -1,12 +1,12 @@
 """Evaluation videos: frames written as an animated GIF.
 
-Needs Pillow (``pip install rlplay[video]``, which also brings ``pygame``,
-the renderer of Gymnasium's classic-control envs); rlplay imports without
-it, and :func:`check_writer` says how to install it. One palette of 255
-colours, taken from frames spread over the episode, serves every frame:
-far faster than a palette per frame (a 500-frame CartPole episode is
-written in about half a second) and as exact for the few colours of a
-rendered env.
+Needs Pillow (``pip install rlplay[video]``, which also brings pygame-ce's
+``pygame``, the renderer of Gymnasium's classic-control envs); rlplay
+imports without it, and :func:`check_writer` says how to install it. One
+palette of 255 colours, taken from frames spread over the episode, serves
+every frame: far faster than a palette per frame (a 500-frame CartPole
+episode is written in about half a second) and as exact for the few
+colours of a rendered env.
 """
 import os
 
