@@ -902,3 +902,17 @@ class BuggyAgentsEnv(AgentsEnv):
             else:
                 self.agents.append("a")
         return obs, rew, term, trunc, infos
+
+
+class AbsentAgentEnv(AgentsEnv):
+    """An AgentsEnv whose agent ``"b"`` never spawns (it stays in
+    ``possible_agents``): ``"a"`` and ``"c"`` live as in AgentsEnv."""
+
+    def lives(self, k=None):
+        lives = super().lives(k)
+        lives["b"] = (-1, -1, False)  # no step spawns it, no reset has it
+        return lives
+
+
+def absent_agent_factory():
+    return AbsentAgentEnv()

@@ -19,10 +19,11 @@ import torch
 pytest.importorskip("pettingzoo")
 
 from bounds import STEADY  # noqa: E402
-from envs import AgentsEnv, BuggyAgentsEnv, agents_factory  # noqa: E402
+from envs import (AbsentAgentEnv, AgentsEnv, BuggyAgentsEnv,  # noqa: E402
+                  absent_agent_factory, agents_factory)
 from generators import CountingActor, make  # noqa: E402
 from rlplay.engine.core import acted, evaluate  # noqa: E402
-from rlplay.engine.envs import make_batch  # noqa: E402
+from rlplay.engine.envs import RowOut, make_batch  # noqa: E402
 from rlplay.engine.norm import RunningNorm  # noqa: E402
 from rlplay.engine.replay import Replay  # noqa: E402
 from rlplay.engine.returns import gae, returns  # noqa: E402
@@ -206,13 +207,17 @@ def test_the_reference_covers_every_case():
     assert len({ep["column"] for ep in hand().episodes}) == B
 
 
-def test_parallel_api_test_passes():
+@pytest.mark.parametrize("env_class", [AgentsEnv, AbsentAgentEnv])
+def test_parallel_api_test_passes(env_class):
     with warnings.catch_warnings():  # importing it imports every env
         warnings.simplefilter("ignore", DeprecationWarning)
         from pettingzoo.test import parallel_api_test
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        parallel_api_test(AgentsEnv(), num_cycles=200)
+        if env_class is AbsentAgentEnv:  # a warning, not a failure, there
+            warnings.filterwarnings(
+                "ignore", "No agents present but not all possible_agents")
+        parallel_api_test(env_class(), num_cycles=200)
 
 
 # ------------------------------------------------------------ generators --
@@ -401,6 +406,72 @@ def test_the_evaluator_plays_each_agents_episodes():
     assert np.array_equal(result.lengths, length)
     # per column: "a" lives 3 and 4 steps, "b" 4 and 4, "c" 6 and 7
     assert length.tolist() == [3, 4, 4, 4, 6, 7] * 2
+
+
+def test_a_step_reports_every_column_of_an_env_whose_episode_ended():
+    """``env_ended``: all ``A`` columns of each env at the step where its
+    last agent leaves (episode ``k``: step ``6 + k % 3``), an absent
+    agent's column included, and nothing else."""
+    envs = make_batch(absent_agent_factory,
+                      env_seed_sequences(ENTROPY, B, 0))
+    obs = np.zeros((B, 1), np.float32)
+    out = RowOut(t=0, obs=obs, rew=np.zeros(B), fin=np.zeros(B, bool),
+                 truncated=None, final=None, info={}, info_mask={})
+    try:
+        envs.reset(obs)
+        ends = []
+        for t in range(6 + 7 + 8):
+            out.fin[:] = False
+            stepped = envs.step(np.zeros(B, np.int64), out._replace(t=t))
+            if stepped.env_ended:
+                ends.append((t + 1, list(stepped.env_ended)))
+            # "b" is absent at every step: its column is a lost call
+            assert [1, 4] == [j for j in stepped.lost if j % A == 1]
+    finally:
+        envs.close()
+    assert ends == [(6, list(range(B))), (13, list(range(B))),
+                    (21, list(range(B)))]
+
+
+def _absent_agent_want(n_per_column):
+    """The reference's first episodes of the columns whose agent lives:
+    those of AgentsEnv's "a" and "c" (an AbsentAgentEnv's "b" never
+    spawns, and no other column depends on it)."""
+    return [ep for j in range(B) if j % A != 1
+            for ep in [ep for ep in hand().episodes
+                       if ep["column"] == j][:n_per_column]]
+
+
+def test_evaluate_ends_where_an_agent_never_spawns():
+    """Each column plays its agent's lives in its env's first two
+    episodes: "a" and "c" two each, "b" none (it is not waited for)."""
+    seqs = env_seed_sequences(ENTROPY, B, 0)
+    envs = make_batch(absent_agent_factory, seqs)
+    try:
+        ret, length = evaluate(envs, CountingActor(), 2 * B,
+                               seed_sequences=seqs)
+        # cut at max_steps: the lives "a" and "c" end on their own later
+        ret_cut, length_cut = evaluate(envs, CountingActor(), 2 * B,
+                                       seed_sequences=seqs, max_steps=2)
+    finally:
+        envs.close()
+    want = _absent_agent_want(2)
+    assert len(want) == 2 * 2 * N_ENVS
+    assert ret.tolist() == [sum(ep["rew"]) for ep in want]
+    assert length.tolist() == [len(ep["rew"]) for ep in want]
+    assert ret_cut.tolist() == [sum(ep["rew"][:2]) for ep in want]
+    assert length_cut.tolist() == [2] * len(want)
+
+
+def test_the_evaluator_ends_where_an_agent_never_spawns():
+    actor = CountingActor()
+    with Evaluator(absent_agent_factory, actor, n_envs=B, n_episodes=B,
+                   entropy=ENTROPY, start_method="fork") as evaluator:
+        evaluator.submit(actor)
+        result = evaluator.result()
+    # per env: "a" lives 3 steps, "c" 6, in its first episode
+    assert result.lengths.tolist() == [3, 6] * N_ENVS
+    assert np.isfinite(result.returns).all()
 
 
 def test_a_resumed_run_starts_its_agents_from_resets():

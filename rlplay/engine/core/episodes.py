@@ -26,11 +26,20 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
              max_steps=None, check_spaces="first", on_frame=None):
     """Play ``n_episodes`` whole episodes with ``actor``, in this process.
 
-    Each of the ``B`` envs plays ``ceil(n_episodes / B)`` episodes (so that
-    short episodes are not favoured); the first ``n_episodes`` results, in
-    env order, are returned. The actor is used as it is (call ``eval()``
-    first for greedy actions). Its actions, ``hx`` and ``info`` are checked
-    at every step as :func:`~.fragments.collect` checks them once per fragment.
+    Each of the ``B`` env columns plays ``ceil(n_episodes / B)`` episodes
+    (so that short episodes are not favoured); the first ``n_episodes``
+    results, in column order, are returned. The actor is used as it is
+    (call ``eval()`` first for greedy actions). Its actions, ``hx`` and
+    ``info`` are checked at every step as :func:`~.fragments.collect`
+    checks them once per fragment.
+
+    A column of a PettingZoo env (see :mod:`rlplay.engine.envs.agents`)
+    plays its agent's lives in its env's first ``ceil(n_episodes / B)``
+    episodes: one in each episode where the agent appears (it cannot come
+    back within one), none in an episode where it does not. An agent that
+    does not appear in every one of them gives fewer results, one that
+    never appears none: the call ends when the envs have played their
+    episodes, rather than wait for an agent that may never come.
 
     Parameters
     ----------
@@ -41,7 +50,11 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         Reset seeds for the first episode of each env.
     max_steps : int, optional
         Stop an episode after this many steps (counted as truncated); at
-        least 1, or ``None`` for no limit.
+        least 1, or ``None`` for no limit. A column that its source cannot
+        reset alone (some vector envs', a PettingZoo env's agent) plays on
+        uncounted until its episode ends on its own: such envs must end
+        their episodes themselves (a time limit, PettingZoo's
+        ``max_cycles``).
     check_spaces : {'first', 'always', 'never'}
         Check actions and observations against the env's spaces, as
         :func:`~.fragments.collect` does: ``'first'``, until every env has
@@ -55,8 +68,10 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
 
     Returns
     -------
-    returns : ndarray of float64, shape = (n_episodes,)
-    lengths : ndarray of int64, shape = (n_episodes,)
+    returns : ndarray of float64, shape = (n,)
+    lengths : ndarray of int64, shape = (n,)
+        ``n = n_episodes``, or fewer where agents of a PettingZoo env did
+        not appear in every episode of their env (see above).
 
     Raises
     ------
@@ -80,14 +95,15 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     while play.active.any():
         play.step()
     flat = [pair for per_env in play.results for pair in per_env]
-    returns, lengths = np.array(flat[:n_episodes]).T
+    returns, lengths = np.array(flat[:n_episodes]).reshape(-1, 2).T
     return returns.astype(np.float64), lengths.astype(np.int64)
 
 
 class _Play:
     """An evaluation under way (see :func:`evaluate`): ``B`` env columns
-    that play episodes until each has played ``quota`` of them, one row
-    of state for all, and one episode accounting."""
+    that play episodes until each has played ``quota`` of them, or its
+    env has (a PettingZoo env's column), one row of state for all, and
+    one episode accounting."""
 
     def __init__(self, envs, policy, quota, max_steps, mode, on_frame):
         n_envs = envs.n_envs
@@ -112,11 +128,16 @@ class _Play:
             if self.autoreset else None, info={}, info_mask={})
         self.last = self.out.final if self.autoreset else self.npy.obs
         self.results = [[] for _ in range(n_envs)]
+        # the episodes of each column's env that ended (a PettingZoo env's,
+        # Stepped.env_ended): its agent's column is done after `quota` of
+        # them, whether its agent appeared in them or not
+        self.env_episodes = np.zeros(n_envs, np.int64)
         self.active = np.ones(n_envs, bool)
         # cut at max_steps where the column cannot be reset alone: its
         # steps count for nothing until its episode ends on its own
         self.draining = np.zeros(n_envs, bool)
-        self.n_first = 0  # envs that finished their first episode
+        # the columns whose first episode (or their env's) is over
+        self.first_over = np.zeros(n_envs, bool)
         self.t, self.hx = 0, None
 
     def start(self, seed_sequences):
@@ -138,7 +159,7 @@ class _Play:
         envs' step, the episodes that ended or were cut, ``hx``."""
         t, npy, checks = self.t, self.npy, self.checks
         checking = checks is not None and (
-            self.mode == "always" or self.n_first < self.envs.n_envs)
+            self.mode == "always" or not self.first_over.all())
         # every call checked, before copy_ could broadcast a wrong shape
         act, self.hx, _ = self.policy.checked_step(self.row, self.hx,
                                                    self.row.act)
@@ -147,8 +168,8 @@ class _Play:
         if checking:
             checks.action(getitem(npy.act, live), t, live)
         npy.fin[live] = False
-        ended, counted = self._step_envs(live, checking)
-        cut = self._settle(ended, counted, live, checking)
+        ended, env_ended, counted = self._step_envs(live, checking)
+        cut = self._settle(ended, env_ended, counted, live, checking)
         npy.fin[cut] = True
         npy.stepno[live] += 1
         npy.stepno[npy.fin] = 0
@@ -163,12 +184,13 @@ class _Play:
 
     def _step_envs(self, live, checking):
         """Step the envs and count the step; returns the active columns
-        whose episode ended, and the mask of the columns counted."""
+        whose episode ended, those whose env's episode ended, and the mask
+        of the columns counted."""
         envs, npy, accounts, t = self.envs, self.npy, self.accounts, self.t
         # single envs are stepped where they play on, and reset here where
         # they play another episode; a batched source steps (and resets)
         # all its columns, the ended ones are filtered by `active`
-        ended, lost, casts = envs.step(  # Box actions clipped, as collect
+        ended, lost, casts, env_ended = envs.step(  # Box actions clipped
             npy.act if self.clip is None else self.clip(npy.act),
             self.out._replace(t=t),
             live.tolist() if envs.can_freeze else None,
@@ -185,12 +207,12 @@ class _Play:
         if checking and ended:  # the last observations
             self.checks.observation(getitem(self.last, ended),
                                     _final_label(t), ended)
-        return ended, counted
+        return ended, [j for j in env_ended if self.active[j]], counted
 
-    def _settle(self, ended, counted, live, checking):
-        """Close the episodes that ended or reached ``max_steps``, and
-        start the next ones where a column plays on; returns the columns
-        cut at ``max_steps``."""
+    def _settle(self, ended, env_ended, counted, live, checking):
+        """Close the episodes that ended or reached ``max_steps``, count
+        the env episodes that ended, and start the next ones where a
+        column plays on; returns the columns cut at ``max_steps``."""
         envs, npy, accounts = self.envs, self.npy, self.accounts
         draining, active, results = self.draining, self.active, self.results
         done = [j for j in ended if not draining[j]]
@@ -200,12 +222,16 @@ class _Play:
             & ~npy.fin).tolist()
         if self.on_frame is not None and live[0] == 0:  # before any reset
             self.on_frame(_frame(envs, 0))
-            if 0 in done or 0 in cut:
+            if 0 in done or 0 in cut or 0 in env_ended:
                 self.on_frame = None  # env 0's first episode is over
         for j in done + cut:
             results[j].append(accounts.close(j))
-            self.n_first += len(results[j]) == 1
-            active[j] = len(results[j]) < self.quota
+        # after its agent's end in the same step, if it was live
+        self.env_episodes[env_ended] += 1
+        for j in done + cut + env_ended:
+            self.first_over[j] = True
+            active[j] = len(results[j]) < self.quota \
+                and self.env_episodes[j] < self.quota
         again = [j for j in (cut if self.autoreset else ended + cut)
                  if active[j]]
         if again and envs.can_reset_columns:

@@ -230,7 +230,9 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             step.acted[j] = False
         # the envs get Box actions clipped into their bounds; the row keeps
         # the actor's (see .layout)
-        ended, lost, casts = envs.step(
+        # (an env's episode ending, env_ended, matters to evaluate alone:
+        # its columns' rows are those of its agents' ends and absences)
+        ended, lost, casts, _ = envs.step(
             row_next.act if clip is None else clip(row_next.act), step.out,
             live, check_casts=checking)
         if casts:

@@ -238,17 +238,20 @@ class AgentEnvs(EnvBatch):
         kind = self._act_kind
         acts = act if kind == _ACT_SCALARS else _env_actions(act, kind,
                                                             self.n_envs)
-        ended, lost = [], []
+        ended, lost, env_ended = [], [], []
         casts = [] if check_casts else None
         for e in range(len(self.envs)):
-            self._step_env(e, acts, out, ended, lost, casts, autoreset)
-        if ended or lost or casts:
-            return Stepped(ended, lost, casts or ())
+            if self._step_env(e, acts, out, ended, lost, casts, autoreset):
+                env_ended += range(e * self.n_agents,
+                                   (e + 1) * self.n_agents)
+        if ended or lost or casts or env_ended:
+            return Stepped(ended, lost, casts or (), env_ended)
         return _CALM
 
     def _step_env(self, e, acts, out, ended, lost, casts, autoreset):
         """Step env ``e`` with the actions of its present agents and write
-        its columns of ``out`` (see the module docstring)."""
+        its columns of ``out`` (see the module docstring); returns whether
+        its episode ended (its last agent left)."""
         env, A, agents = self.envs[e], self.n_agents, self.possible_agents
         present, base = self.present, e * A
         actions = {agents[a]: acts[base + a] for a in range(A)
@@ -281,8 +284,10 @@ class AgentEnvs(EnvBatch):
                 present[j] = True
             else:
                 self._write(out.obs, j, self._placeholder, "placeholder")
-        if actions and not now and autoreset:
+        over = bool(actions) and not now
+        if over and autoreset:
             self._reset_env(e, out.obs, None, casts, out.t, fill=False)
+        return over
 
     def _played(self, j, a, result, now, out, ended, casts):
         """Column ``j`` (agent ``a``, present) after the step: its

@@ -76,7 +76,8 @@ info, info_mask : dict
     info keys to record (empty: none); only present keys are written.
 """
 
-Stepped = namedtuple("Stepped", "ended lost casts")
+Stepped = namedtuple("Stepped", "ended lost casts env_ended",
+                     defaults=((),))
 Stepped.__doc__ = """What happened in one step of an :class:`EnvBatch`.
 
 ended : list of int
@@ -90,10 +91,15 @@ lost : list of int
 casts : list of Cast
     What recording the observations lost, in the order written (empty
     unless ``check_casts``).
+env_ended : list of int
+    Every column of the multi-agent envs whose episode ended (their last
+    agent left; see :mod:`.agents`), in order, absent agents' included; a
+    live agent's end is in ``ended`` as well. A single env's episode is
+    its column's, reported in ``ended`` alone.
 """
 
 # a step where nothing ended, no call was lost and nothing was cast
-_CALM = Stepped((), (), ())
+_CALM = Stepped((), (), (), ())
 
 
 class Cast(namedtuple("Cast", "column t reset problem")):

@@ -91,7 +91,7 @@ class EnvConcat(EnvBatch):
 
     def step(self, act, out, live=None, *, autoreset=True,
              check_casts=False):
-        ended, lost, casts = [], [], []
+        ended, lost, casts, env_ended = [], [], [], []
         for part, (lo, hi), part_out in zip(self.parts, self.bounds,
                                             self._split(out)):
             cols = None if live is None else [j - lo for j in live
@@ -103,7 +103,8 @@ class EnvConcat(EnvBatch):
             ended += [lo + j for j in stepped.ended]
             lost += [lo + j for j in stepped.lost]
             casts += _shifted(stepped.casts, lo)
-        return Stepped(ended, lost, casts)
+            env_ended += [lo + j for j in stepped.env_ended]
+        return Stepped(ended, lost, casts, env_ended)
 
     def call(self, name, args, kwargs, *, first=0):
         for part, (lo, _) in zip(self.parts, self.bounds):

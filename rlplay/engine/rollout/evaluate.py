@@ -32,7 +32,9 @@ Each evaluation runs the actor in eval mode (whatever the learner's mode)
 with :func:`rlplay.engine.core.evaluate`: every env plays
 ``ceil(n_episodes / n_envs)`` whole episodes from fresh resets, the ``i``-th
 evaluation seeding the resets from the ``i``-th children of the envs' seed
-sequences (reproducible, different each time).
+sequences (reproducible, different each time); an agent of a PettingZoo
+env plays its lives in that many episodes of its env, so an agent that
+does not appear in all of them gives fewer results.
 
 Errors and shutdown are those of :mod:`rlplay.engine.rollout.single`: a
 worker exception is raised as :class:`~rlplay.engine.errors.WorkerError`
@@ -74,8 +76,11 @@ Evaluation = namedtuple("Evaluation", "returns lengths version video control",
                         defaults=(None, 0))
 Evaluation.__doc__ = """The result of one evaluation.
 
-returns : ndarray of float64, shape = (n_episodes,)
-lengths : ndarray of int64, shape = (n_episodes,)
+returns : ndarray of float64, shape = (n,)
+lengths : ndarray of int64, shape = (n,)
+    ``n = n_episodes``, or fewer where agents of a PettingZoo env did not
+    appear in every episode of their env that the evaluation played (see
+    :func:`rlplay.engine.core.evaluate`).
 version : int
     The parameter version evaluated (what ``submit`` returned).
 video : str or None
@@ -180,7 +185,9 @@ class Evaluator(Supervised, Breakable):
     n_envs : int
         Envs played side by side.
     n_episodes : int
-        Episodes per evaluation.
+        Episodes per evaluation (agent-episodes of a PettingZoo env's
+        columns: see :func:`rlplay.engine.core.evaluate` for an agent that
+        does not appear in every episode).
     max_steps : int, optional
         Cut episodes at this many steps (at least 1).
     record : str or path, optional
