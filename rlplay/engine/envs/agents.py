@@ -31,7 +31,9 @@ episode; an empty ``agents`` ends the episode) maps onto the layout of
   observation in that row, with ``fin`` set and ``stepno = 0``; its
   agent-episode starts there (a reward reported for it at that step is
   dropped: no action of its led there);
-- when no agent is left after a step, the env is reset in the same row
+- when no agent is left after a step, the env's episode is over (the step
+  reports all its columns in :attr:`~.batch.Stepped.env_ended`: the
+  evaluator counts episodes per env); the env is reset in the same row
   (its first reset is seeded from its first column's ``SeedSequence``,
   later ones are not, as for single envs) and the agents of the reset hold
   their first observations in that row, as after an autoreset.
