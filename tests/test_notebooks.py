@@ -112,11 +112,22 @@ def _check_curriculum(result):
 
 
 def _check_many_agents(result):
+    # QUICK (set below): a few batches, too few to learn; what they show is
+    # the layout: every batch of the budget collected, every agent living
+    # its whole episode (`episode_length` steps) in it, finite returns
+    assert result["batches"] == result["n_batches"], result
+    assert result["agent_steps"] == \
+        result["batches"] * result["steps_per_batch"], result
+    assert result["agent_episodes"] * result["episode_length"] == \
+        result["agent_steps"], result
+    assert result["returns_finite"], result
+    assert result["kaz_absent_after_end"] and result["kaz_final_is_last_obs"], (
+        result)
+    if result["quick"]:
+        return
     assert result["last_return"] >= result["first_return"] + 2, (
         f"the mean agent return went from {result['first_return']:.1f} to "
         f"{result['last_return']:.1f}: it did not clearly rise")
-    assert result["kaz_absent_after_end"] and result["kaz_final_is_last_obs"], (
-        result)
 
 
 CHECKS = {
