@@ -49,9 +49,10 @@ import gymnasium
 import numpy as np
 
 from ..seeds import reset_seed
-from .batch import (_ACT_SCALARS, _CALM, EnvBatch, Stepped, _act_kind,
-                    _check_cast, _env_actions, _obs_writer, _write_env_info)
+from .batch import _CALM, EnvBatch, Stepped, _check_cast
 from .making import close_envs, reward
+from .rows import (_ACT_SCALARS, _act_kind, _env_actions, _obs_writer,
+                   _write_env_info)
 from .spaces import space_example, space_placeholder
 
 __all__ = ["AgentEnvs", "as_parallel"]

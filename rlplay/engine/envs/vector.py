@@ -47,9 +47,10 @@ from gymnasium.vector.utils import batch_space
 
 from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
-from .batch import _CALM, EnvBatch, Stepped, _check_cast, _obs_writer
+from .batch import _CALM, EnvBatch, Stepped, _check_cast
 from .control import call_source
 from .making import check_step, reward
+from .rows import _obs_writer
 from .spaces import space_example
 
 __all__ = ["VectorSource"]
