@@ -11,6 +11,9 @@ EnvPool) API.
 - :mod:`.vector`: its implementations for batched sources, a Gymnasium
   ``VectorEnv`` in any autoreset mode (:class:`VectorSource`) and an
   EnvPool env (:class:`EnvPoolSource`);
+- :mod:`.torch_source`: its implementation for torch-native sources
+  (:class:`TorchSource`, of kind ``"torch"``, stepped by the torch loop
+  of :mod:`rlplay.engine.core`);
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
 """
@@ -20,6 +23,7 @@ from .making import (check_factory, check_step, close_envs, make_envs, reset,
 from .sources import EnvConcat, as_batch, check_columns, make_batch
 from .spaces import (box_clipper, format_value, info_example,
                      space_checker, space_example, space_placeholder)
+from .torch_source import TorchRow, TorchSource, TorchStepped, source_device
 from .vector import EnvPoolSource, VectorSource, is_envpool
 
 __all__ = [
@@ -32,4 +36,5 @@ __all__ = [
     "space_example",
     "space_placeholder",
     "EnvPoolSource", "VectorSource", "is_envpool",
+    "TorchSource", "TorchRow", "TorchStepped", "source_device",
 ]

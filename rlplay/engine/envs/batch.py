@@ -134,6 +134,9 @@ class EnvBatch:
         Whether ``step`` can leave some columns unstepped (``live``).
     can_reset_columns : bool
         Whether ``reset`` can reset some columns alone (``at``).
+    kind : str
+        The fragment loop that steps it: ``"numpy"``, or ``"torch"``
+        (:class:`~.torch_source.TorchSource`).
     """
 
     n_envs = 0
@@ -141,6 +144,7 @@ class EnvBatch:
     # whether a column can be left unstepped (sticky freezes columns), and
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
+    kind = "numpy"
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None,
               check_casts=False):

@@ -4,7 +4,8 @@ and EnvPool envs, side by side.
 ``factory()`` may return a single ``gymnasium.Env``, a
 ``gymnasium.vector.VectorEnv`` (``make_vec`` in any mode, ``SyncVectorEnv``,
 ``AsyncVectorEnv``, a native vector env such as ``CartPoleVectorEnv``) or
-an EnvPool env; a source of ``k`` envs gives ``k`` columns.
+an EnvPool env, or a torch-native source (:mod:`.torch_source`); a
+source of ``k`` envs gives ``k`` columns.
 :func:`make_batch` calls the factory until the columns add up (a count
 that is not a whole number of sources is refused) and returns one
 :class:`~.batch.EnvBatch`: an :class:`~.batch.EnvList` of single envs, a
@@ -16,6 +17,7 @@ import gymnasium
 from ..seeds import reset_seed
 from .batch import EnvBatch, EnvList, RowOut, Stepped
 from .making import _accepts_seed, _check_env, check_factory, close_envs
+from .torch_source import TorchSource, source_device
 from .vector import EnvPoolSource, VectorSource, is_envpool
 
 __all__ = ["EnvConcat", "make_batch", "as_batch", "check_columns"]
@@ -146,6 +148,9 @@ def _source(made, factory, seed):
     name = f"the {type(made).__name__} made by factory {factory!r}"
     if is_envpool(made):
         return EnvPoolSource(made, name)
+    device = source_device(made)
+    if device is not None:
+        return TorchSource(made, device, name)
     if isinstance(made, gymnasium.vector.VectorEnv):
         source = VectorSource(made, name)
         source.action_space.seed(seed)
@@ -199,6 +204,13 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
                 singles.append(source)
                 col += 1
                 continue
+            if getattr(source, "kind", "numpy") == "torch" and (
+                    made[1:] or (max_sources is None and source.n_envs != n)):
+                raise ValueError(
+                    f"{name}={n} columns from a torch source of num_envs="
+                    f"{source.n_envs} ({type(raw).__name__}): a torch "
+                    f"source gives every column of a worker, alone; make "
+                    f"it with num_envs={n}")
             if max_sources is None and col + source.n_envs > n:
                 raise ValueError(
                     f"{name}={n} is not a whole number of the factory's "
@@ -231,6 +243,11 @@ def check_columns(batch, n_envs, name="n_envs"):
         Naming ``name``, ``n_envs`` and the source's envs.
     """
     k = batch.n_envs
+    if batch.kind == "torch" and n_envs != k:
+        raise ValueError(
+            f"{name}={n_envs} columns from a torch source of num_envs={k}: "
+            f"a torch source gives every column of a worker, alone; make "
+            f"it with num_envs={n_envs}")
     if n_envs % k:
         raise ValueError(
             f"{name}={n_envs} is not a multiple of {k}, the envs of each "
