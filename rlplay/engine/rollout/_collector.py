@@ -43,7 +43,7 @@ from collections import deque, namedtuple
 import numpy as np
 import torch
 
-from ..core import collect, evaluate, startup
+from ..core import as_policy, collect, evaluate, fragment_device, startup
 from ..envs import make_batch
 from ..pool import views
 from ..seeds import (collector_seed_sequence, env_seed_sequences,
@@ -70,7 +70,7 @@ Bye = namedtuple("Bye", "seq")
 
 SessionSpec = namedtuple(
     "SessionSpec", "factory actor entropy n_envs sticky check_spaces "
-                   "cpu_affinity", defaults=(None,))
+                   "cpu_affinity actor_device", defaults=(None, None))
 SessionSpec.__doc__ = """What every worker of a generator shares (made by
 keyword).
 
@@ -85,6 +85,9 @@ check_spaces : str
 cpu_affinity : None, 'auto' or tuple of tuples
     Where each worker runs (:func:`rlplay.engine.utils.mp.
     set_cpu_affinity`), applied before it makes its envs.
+actor_device : None or tuple of torch.device
+    Where each worker runs its actor (:mod:`._devices`): ``None``, where
+    its parameters live (a worker's copy: the CPU).
 """
 
 WorkerConfig = namedtuple(
@@ -187,6 +190,10 @@ class Session:
         self.stage, self.envs, self.actor, self.ctx = "start-up", None, None, None
         self.version = None
         self.evaluations = 0
+        # where it runs the actor (None: where its parameters live)
+        self.device = None if spec.actor_device is None \
+            else spec.actor_device[index]
+        self.policy = None
 
     def start(self, threads=1, in_process=False):
         """Rebuild the factory and the actor and make the envs.
@@ -205,6 +212,8 @@ class Session:
                 spec.entropy, self.collector, self.generation))
             actor.step = _ActorFailure(actor.step)
             actor.reset = _ActorFailure(actor.reset)
+            if self.device is not None:  # a worker's copy, on its device
+                actor.to(self.device)
         self.actor = actor
         self.seeds = env_seed_sequences(spec.entropy, spec.n_envs,
                                         self.collector, self.generation)
@@ -217,7 +226,10 @@ class Session:
         ``buffer``."""
         self.stage = "reset"
         first = self.index * self.spec.n_envs
-        self.ctx = startup(self.envs, self.actor, buffer, self.seeds,
+        # the actor, called where it runs (see rlplay.engine.core.devices)
+        self.policy = as_policy(self.actor, rows=fragment_device(self.envs),
+                                device=self.device)
+        self.ctx = startup(self.envs, self.policy, buffer, self.seeds,
                            worker=self.index,
                            env_ids=np.arange(first, first + self.spec.n_envs),
                            generation=self.generation, seq=self.seq)
@@ -233,7 +245,7 @@ class Session:
         it took."""
         self.stage = f"collect (fragment {self.ctx.seq})"
         tic = time.perf_counter()
-        collect(self.actor, buffer, self.ctx, sticky=self.spec.sticky,
+        collect(self.policy, buffer, self.ctx, sticky=self.spec.sticky,
                 version=self.version if version is None else version,
                 check_spaces=self.spec.check_spaces)
         return time.perf_counter() - tic
