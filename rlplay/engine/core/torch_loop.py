@@ -28,6 +28,8 @@ whole once it is collected, from one host copy of it, with the messages
 of the numpy loop (``env j step t: ...``); the actions were executed by
 then (the numpy loop checks each one before the env gets it).
 """
+from collections import namedtuple
+
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -44,6 +46,16 @@ from .policy import _copier, as_policy
 __all__ = ["TorchContext", "startup", "collect"]
 
 
+_Step = namedtuple("_Step", "row act_out info_out act_env out fin stepno "
+                            "stepno_next rew_next running running_next "
+                            "acted_next")
+_Step.__doc__ = """What step ``t`` reads and writes, views made once: the
+actor's input (row ``t``), where its action and info go, the action the
+source gets (row ``t + 1``'s, ``(B, ...)``), the row the source writes
+(a :class:`~rlplay.engine.envs.TorchRow`), and rows ``t`` and ``t + 1``
+of ``fin``, ``stepno``, ``rew``, the running returns and ``acted``."""
+
+
 class _Views:
     """The fragment a context writes for ``buffer`` (the buffer itself
     where it lives on the device, else one of its own there) and its
@@ -58,13 +70,22 @@ class _Views:
         T1 = work.state.fin.shape[0]
         self.rows = [getitem(work.state, slice(t, t + 1)) for t in range(T1)]
         self.actor = [getitem(work.actor, slice(t, t + 1)) for t in range(T1)]
-        # what the env gets: row t + 1's actions, (B, ...)
-        self.acts = [getitem(work.state.act, t) for t in range(T1)]
-        self.outs = [TorchRow(
-            obs=getitem(work.state.obs, t + 1), fin=work.state.fin[t + 1],
-            truncated=work.truncated[t + 1],
-            final=getitem(work.final, t + 1), info=getitem(work.env, t),
-            info_mask=getitem(work.env_mask, t)) for t in range(T1 - 1)]
+        # the running return of each column's episode at each row: the
+        # sum of its rewards as given (float64, see .accounting)
+        self.running = running = torch.zeros_like(work.stats.ret)
+        state = work.state
+        self.steps = [_Step(
+            row=self.rows[t], act_out=self.rows[t + 1].act,
+            info_out=self.actor[t], act_env=getitem(state.act, t + 1),
+            out=TorchRow(obs=getitem(state.obs, t + 1), fin=state.fin[t + 1],
+                         truncated=work.truncated[t + 1],
+                         final=getitem(work.final, t + 1),
+                         info=getitem(work.env, t),
+                         info_mask=getitem(work.env_mask, t)),
+            fin=state.fin[t], stepno=state.stepno[t],
+            stepno_next=state.stepno[t + 1], rew_next=state.rew[t + 1],
+            running=running[t], running_next=running[t + 1],
+            acted_next=work.acted[t + 1]) for t in range(T1 - 1)]
         # zeros of the statistics' dtypes (torch.where takes tensors)
         self.zeros = EpisodeStats(*[torch.zeros((), dtype=x.dtype,
                                                 device=device)
@@ -85,6 +106,7 @@ class TorchContext:
                           _row_fields(buffer.pyt, 0))
         self.hx = None
         self.policy = self.actor = None
+        # the running returns as of ``last``
         self.ret = torch.zeros(n_envs, dtype=torch.float64,
                                device=self.device)
         self.seq, self.worker, self.generation = seq, worker, generation
@@ -154,34 +176,31 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     copy_(work.hx, hx)
     copy_info, copy_act = _copier(work.actor), _copier(work.state.act)
     clip, advance, policy_step = ctx.clip_actions, envs.advance, policy.step
-    ret, rew_rows, ret_rows, acted = (ctx.ret, work.state.rew,
-                                      work.stats.ret, work.acted)
-    zero, stepno = views.zeros.ret, work.state.stepno
+    views.running[0].copy_(ctx.ret)
     # a feed-forward actor's hx is (): nothing to reset
     stateless = type(hx) is tuple and not hx
-    rows, outs = views.rows, views.outs
-    for t in range(len(outs)):
+    for t, step in enumerate(views.steps):
         if t:
-            act, hx_next, info = policy_step(rows[t], hx)
+            act, hx_next, info = policy_step(step.row, hx)
         else:  # once per fragment, the checks of a real call
-            act, hx_next, info = policy.checked_step(rows[t], hx,
-                                                     rows[t + 1].act)
-        copy_info(views.actor[t], info)
-        copy_act(rows[t + 1].act, act)
-        stepped = advance(clip(views.acts[t + 1]), outs[t])
-        rew, ended = stepped.rew, stepped.ended
+            act, hx_next, info = policy.checked_step(step.row, hx,
+                                                     step.act_out)
+        copy_info(step.info_out, info)
+        copy_act(step.act_out, act)
+        rew, _, lost = advance(clip(step.act_env), step.out)
+        fin = step.out.fin
         # the step count the actor reads next: 0 where an episode starts
-        torch.add(stepno[t], 1, out=stepno[t + 1])
-        stepno[t + 1].masked_fill_(outs[t].fin, 0)
-        rew_rows[t + 1].copy_(rew)
-        ret.add_(rew)  # float64: the sum of the rewards as given
-        torch.where(ended, ret, zero, out=ret_rows[t + 1])
-        ret.masked_fill_(ended, 0.0)
-        if stepped.lost is not None:
-            torch.logical_not(stepped.lost, out=acted[t + 1])
+        torch.add(step.stepno, 1, out=step.stepno_next)
+        step.stepno_next.masked_fill_(fin, 0)
+        step.rew_next.copy_(rew)
+        # the running returns, from 0 after every fin (an end, a lost call)
+        torch.add(step.running, rew, out=step.running_next)
+        torch.where(step.fin, rew, step.running_next, out=step.running_next)
+        if lost is not None:
+            torch.logical_not(lost, out=step.acted_next)
         hx = hx_next
         if not stateless:
-            hx = policy.reset(hx, outs[t].fin.clone())
+            hx = policy.reset(hx, fin.clone())
     _end_fragment(policy, work, views, ctx, hx, version)
     envs.finish()
     if checking:
@@ -204,15 +223,23 @@ def _begin_fragment(work, ctx):
 
 
 def _end_fragment(policy, work, views, ctx, hx, version):
-    """The episode lengths of the whole fragment, the lookahead ``info``
-    of row ``T``, ``meta``; advance ``ctx``."""
-    T = len(views.outs)
+    """The episode statistics of the whole fragment (and ``final`` where
+    the source leaves it to the loop), the lookahead ``info`` of row
+    ``T``, ``meta``; advance ``ctx``."""
+    T = len(views.steps)
     state = work.state
-    # an episode's length is its last step count plus the step that ended
-    # it; none where no executed action ended one (lost calls)
+    if work.final is not None and ctx.envs.final_is_obs:
+        copy_(getitem(work.final, slice(1, None)),
+              getitem(state.obs, slice(1, None)))
+    # where an executed action ended an episode (not a lost call): its
+    # return, and its length, its last step count plus the step that
+    # ended it
     ends = state.fin[1:] & work.acted[1:]
-    torch.where(ends, state.stepno[:-1] + 1, views.zeros.length,
+    zeros = views.zeros
+    torch.where(ends, views.running[1:], zeros.ret, out=work.stats.ret[1:])
+    torch.where(ends, state.stepno[:-1] + 1, zeros.length,
                 out=work.stats.length[1:])
+    ctx.ret.copy_(views.running[T])
     copy_(views.actor[T], policy.lookahead(views.rows[T], hx))
     meta = work.meta
     meta.version.fill_(version)

@@ -149,6 +149,10 @@ class TorchSource(EnvBatch):
             raise ValueError(f"{name} declares autoreset_mode {mode!r}, not "
                              f"one of Gymnasium's AutoresetMode") from None
         self.can_reset_columns = self.mode is not AutoresetMode.NEXT_STEP
+        # next-step: a row's final observation is its observation (the true
+        # last one where an episode ended, the reset one at a lost call):
+        # :meth:`advance` leaves ``final`` to the loop, one copy a fragment
+        self.final_is_obs = self.mode is AutoresetMode.NEXT_STEP
         base = getattr(source, "unwrapped", source)
         self.seeds_each = isinstance(base, (SyncVectorEnv, AsyncVectorEnv))
         self._example = space_example(self.observation_space)
@@ -177,8 +181,8 @@ class TorchSource(EnvBatch):
 
     def advance(self, act, out):
         """Step every column with ``act`` (a tensor the source may keep)
-        and write the row ``out`` (a :class:`TorchRow`); returns a
-        :class:`TorchStepped`."""
+        and write the row ``out`` (a :class:`TorchRow`; its ``final`` not
+        where :attr:`final_is_obs`); returns a :class:`TorchStepped`."""
         result = self.source.step(act)
         try:
             obs, rew, terminated, truncated, info = result
@@ -190,22 +194,23 @@ class TorchSource(EnvBatch):
         rew = self._rewards(rew)
         ended = terminated | truncated
         lost = None
+        # (bool a > b is a & ~b, in one operation)
         if self.mode is AutoresetMode.NEXT_STEP:
             lost = self._pending
-            ended = ended & ~lost
             torch.logical_or(ended, lost, out=out.fin)
+            ended = self._pending = ended > lost
             rew = rew.masked_fill(lost, 0)
-            self._pending = ended
+            if out.truncated is not None:
+                torch.gt(truncated, terminated | lost, out=out.truncated)
         else:
             out.fin.copy_(ended)
-        if out.truncated is not None:
-            torch.logical_and(truncated, ~terminated, out=out.truncated)
-            out.truncated.logical_and_(ended)
+            if out.truncated is not None:
+                torch.gt(truncated, terminated, out=out.truncated)
         self._write(out.obs, obs, "step()")
         if self.mode is AutoresetMode.SAME_STEP:
             if out.final is not None:
                 self._finals(out, obs, info, ended)
-        elif out.final is not None:
+        elif out.final is not None and not self.final_is_obs:
             _copy_tree(out.final, out.obs)  # the true last observations
         if self.mode is AutoresetMode.DISABLED:
             reset, _ = _pair(self.source.reset(options={
