@@ -197,3 +197,21 @@ def test_gpu_runs_dry_on_the_cpu_and_says_when_cuda_is_missing():
 def torch_cuda_available():
     import torch
     return torch.cuda.is_available()
+
+
+def test_torch_envs_prints_its_rows_and_says_without_a_gpu():
+    """``torch_envs.py``: the torch rows beside the numpy ones, each with
+    its spread and its ratio to its section's hand loop; without CUDA a
+    line says so."""
+    out = run("torch_envs.py", "--json", "--rounds", "2", "--duration",
+              "0.1", "--sizes", "32", "--steps", "8")
+    rows = json_rows(out)
+    assert set(rows) == {f"{s}/{r}" for s, r in (
+        ("torch.32", "hand"), ("torch.32", "same.rollout"),
+        ("torch.32", "same.rollout.alternating"), ("numpy.32", "hand"),
+        ("numpy.32", "same.rollout"))}
+    for row in rows.values():
+        assert row["min"] <= row["steps_per_s"] <= row["max"]
+        assert row["x_hand_min"] <= row["x_hand"] <= row["x_hand_max"]
+    if not torch_cuda_available():
+        assert "no GPU on this machine" in out.splitlines()[0]
