@@ -18,9 +18,11 @@
 import functools
 import itertools
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode
 
 from cartpoles import (Balancer, sync_reference, torch_cartpole,
                        vector_reference)
@@ -130,22 +132,58 @@ def test_no_numpy_conversion_during_collection(monkeypatch, mode):
         assert calls == []
 
 
-def test_numpy_to_torch_is_a_torch_source():
-    pytest.importorskip("array_api_compat")
-    import gymnasium
+# Gymnasium vector envs of CartPole-v1 cut at 10 steps: the native one
+# (next-step, lost calls), and SyncVectorEnv in disabled autoreset (a
+# partial reset). (NumpyToTorch cannot convert the info of a same-step
+# SyncVectorEnv once an episode ended: its final_obs is an array of
+# objects, which DLPack refuses.)
+NUMPY_SOURCES = {
+    "native": dict(vectorization_mode="vector_entry_point"),
+    "sync-disabled": dict(vectorization_mode="sync", vector_kwargs=dict(
+        autoreset_mode=AutoresetMode.DISABLED))}
+
+
+def numpy_source(kind):
+    return gymnasium.make_vec("CartPole-v1", B, max_episode_steps=10,
+                              **NUMPY_SOURCES[kind])
+
+
+def converted_source(kind):
     from gymnasium.wrappers.vector import NumpyToTorch
+    return NumpyToTorch(numpy_source(kind))
 
-    def native():
-        return gymnasium.make_vec("CartPole-v1", B,
-                                  vectorization_mode="vector_entry_point")
 
-    def converted():
-        return NumpyToTorch(native())
-
-    got = fragments(converted)
-    want = fragments(native)
+@pytest.mark.parametrize("kind", NUMPY_SOURCES)
+def test_numpy_to_torch_is_a_torch_source(kind):
+    pytest.importorskip("array_api_compat")
+    got = fragments(functools.partial(converted_source, kind))
+    want = fragments(functools.partial(numpy_source, kind))
     for g, w in zip(got, want):
         assert_fragments_equal(g, w)
+    assert sum(int(episode_edges(f).ends.sum()) for f in got) >= B
+
+
+class Informed(TorchCartPole):
+    """Next-step CartPole whose info holds the cart's position where its
+    velocity is positive (``info["pos"]``, ``info["_pos"]``)."""
+
+    def step(self, action):
+        obs, rew, terminated, truncated, info = super().step(action)
+        return obs, rew, terminated, truncated, {
+            "pos": obs[:, 0].double(), "_pos": obs[:, 1] > 0}
+
+
+def test_env_info_where_present_and_never_at_lost_calls():
+    factory = functools.partial(Informed, B, max_episode_steps=6)
+    for f in fragments(factory, env_info={"pos": np.zeros((), np.float64),
+                                          "absent": np.zeros(2)}):
+        moved = acted(f)[1:]
+        present = (f.state.obs[1:, :, 1] > 0) & moved
+        assert (~moved).any()
+        assert torch.equal(f.env_mask["pos"], present)
+        assert torch.equal(f.env["pos"], torch.where(
+            present, f.state.obs[1:, :, 0].double(), 0))
+        assert not f.env_mask["absent"].any() and not f.env["absent"].any()
 
 
 class NoFinal(TorchCartPole):

@@ -32,12 +32,14 @@ Autoreset modes (the source's ``metadata["autoreset_mode"]``, Gymnasium's
   without it (the key absent, or its mask false there) is an error at the
   end of the fragment, never an approximation (with ``final=False``
   nothing is read).
-- ``DISABLED``: the source never resets on its own; after each step
-  rlplay calls ``reset(options={"reset_mask": ended})`` with the mask of
-  the ended envs (a bool tensor on the source's device, all false at most
-  steps: the call is unconditional, so that no step waits to learn
-  whether an episode ended), and the row gets the reset observations
-  there, ``final`` the last ones.
+- ``DISABLED``: the source never resets on its own; rlplay calls
+  ``reset(options={"reset_mask": ended})`` with the mask of the ended
+  envs (a bool tensor on the source's device), and the row gets the reset
+  observations there, ``final`` the last ones. On the host, only after a
+  step that ended an episode (Gymnasium's vector envs refuse a mask
+  without one); on another device after every step, the mask all false
+  at most steps, so that no step waits for the device to tell whether an
+  episode ended: such a source must accept that.
 - ``NEXT_STEP``: the step returns the true last observation and the
   source resets the env on its next call, ignoring the action: that call
   is *lost*, laid out as for numpy sources
@@ -137,7 +139,13 @@ class TorchSource(EnvBatch):
 
     def __init__(self, source, device, name="the torch source"):
         self.source, self.name = source, name
-        self.device = torch.device(device)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            # named by its index, as the tensors made there are
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        # reading a mask on another device than the host waits for it
+        self._off_host = device.type != "cpu"
         self.n_envs = int(source.num_envs)
         self.observation_space = source.single_observation_space
         self.action_space = source.single_action_space
@@ -212,7 +220,8 @@ class TorchSource(EnvBatch):
                 self._finals(out, obs, info, ended)
         elif out.final is not None and not self.final_is_obs:
             _copy_tree(out.final, out.obs)  # the true last observations
-        if self.mode is AutoresetMode.DISABLED:
+        if self.mode is AutoresetMode.DISABLED and (
+                self._off_host or bool(ended.any())):
             reset, _ = _pair(self.source.reset(options={
                 "reset_mask": ended}), self.name)
             _where_tree(out.obs, ended, reset, out.obs)
@@ -268,14 +277,6 @@ class TorchSource(EnvBatch):
         if mask is not None:
             self._missing |= ended & ~torch.as_tensor(mask,
                                                       device=self.device)
-        if getattr(final, "dtype", None) == object:
-            # one observation per env (a numpy source behind a converter,
-            # on the host): written column by column
-            _copy_tree(out.final, out.obs)
-            for j in torch.nonzero(ended).flatten().tolist():
-                suply(lambda d, v: d[j].copy_(torch.as_tensor(v)),
-                      out.final, final[j])
-            return
         try:
             _where_tree(out.final, ended, final, out.obs)
         except (StructureError, TypeError, ValueError, RuntimeError) as exc:
