@@ -169,4 +169,7 @@ class DevicePolicy(LocalPolicy):
         return self.actor.step(*self._move(row), hx=hx, virtual=True)[2]
 
     def reset(self, hx, fin):
-        return self.actor.reset(hx, fin.to(self.device, non_blocking=True))
+        # non-blocking to CUDA only: a non-blocking copy to the host may
+        # be read before it lands
+        return self.actor.reset(hx, fin.to(
+            self.device, non_blocking=self.device.type == "cuda"))
