@@ -185,7 +185,9 @@ class TorchSource(EnvBatch):
         self._write(obs_out, obs, "reset()")
         self._pending = torch.zeros(self.n_envs, dtype=torch.bool,
                                     device=self.device)
-        self._missing = torch.zeros_like(self._pending)
+        # only same-step sources can miss a final observation
+        self._missing = torch.zeros_like(self._pending) \
+            if self.mode is AutoresetMode.SAME_STEP else None
 
     def advance(self, act, out):
         """Step every column with ``act`` (a tensor the source may keep)
