@@ -29,6 +29,7 @@ from rlplay.engine.core import (DevicePolicy, LocalPolicy, as_policy,
 from rlplay.engine.envs import make_batch
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import multi, same, single
+from rlplay.engine.rollout._delivery import Delivery
 from rlplay.engine.rollout._devices import worker_devices
 from rlplay.engine.seeds import env_seed_sequences
 
@@ -147,6 +148,17 @@ def test_bad_actor_devices_are_refused_up_front():
     else:
         with pytest.raises(ValueError, match="start_method='fork'"):
             worker_devices("cuda", 1, start_method="fork")
+
+
+def test_delivery_leaves_a_device_batch_where_it_is():
+    """A batch on a device (here "meta": no memory, no CUDA needed) is
+    delivered there, itself with ``copy=False``, a fresh copy there with
+    ``copy=True``."""
+    batch = {"obs": torch.zeros(3, 2, device="meta")}
+    assert Delivery(copy=False)(batch) is batch
+    fresh = Delivery(copy=True)(batch)
+    assert fresh["obs"] is not batch["obs"]
+    assert fresh["obs"].device.type == "meta"
 
 
 @needs_cuda

@@ -128,7 +128,7 @@ def test_no_numpy_conversion_during_collection(monkeypatch, mode):
                       check_spaces="never", copy=False) as feed:
         calls = counting(monkeypatch)
         for batch in itertools.islice(feed, 3):
-            pass
+            assert batch is feed.buffer.pyt  # delivered as it is
         assert calls == []
 
 
