@@ -22,6 +22,7 @@ episodes) and :mod:`rlplay.engine.replay` (replay buffers). It looks at
 ``meta`` only.
 """
 import numpy as np
+import torch
 
 __all__ = ["Lanes"]
 
@@ -83,10 +84,9 @@ class Lanes:
             Row 0 of column ``j`` is row ``T`` of the last fragment seen
             of its lane, with no fragment missing in between.
         """
-        worker = np.asarray(meta.worker).tolist()
-        env = np.asarray(meta.env).tolist()
-        seq = np.asarray(meta.seq).tolist()
-        generation = np.asarray(meta.generation).tolist()
+        worker, env, seq, generation = (
+            _ints(meta.worker), _ints(meta.env), _ints(meta.seq),
+            _ints(meta.generation))
         n = len(seq)
         lanes = np.empty(n, np.int64)
         continues = np.zeros(n, bool)
@@ -125,3 +125,10 @@ class Lanes:
         self._index = {tuple(key): lane for lane, key in enumerate(keys)}
         self._last = [tuple(x) for x in last]
         self.counts = dict(state["counts"])
+
+
+def _ints(values):
+    # a list of ints from numpy or torch (on any device)
+    if isinstance(values, torch.Tensor):
+        return values.tolist()
+    return np.asarray(values).tolist()

@@ -13,7 +13,8 @@ code that calls ``env.step``).
   follow), where episodes start and end (:func:`episode_edges`), and the
   validators of the arguments that size a fragment;
 - :mod:`.policy`: the policy seam, through which both loops call the
-  actor (:class:`LocalPolicy`);
+  actor (:class:`LocalPolicy`), and :mod:`.devices`, the actor on a
+  device of its own behind it (:class:`DevicePolicy`);
 - :mod:`.accounting`: one episode accounting for both loops
   (:class:`Accounts`: running returns, lengths, step counts, lost calls);
 - :mod:`.checks`: the space checks (``check_spaces``);
@@ -21,6 +22,10 @@ code that calls ``env.step``).
   fragment buffer, :func:`startup` resets the envs and returns the
   :class:`Context` of an ongoing collection (:mod:`.context`),
   :func:`collect` fills a buffer with the next fragment in place;
+- :mod:`.torch_loop`: the fragment loop of torch-native sources (the
+  same layout, written with torch operations where the source lives),
+  which :func:`startup` and :func:`collect` choose by the env batch's
+  kind (:class:`TorchContext`);
 - :mod:`.episodes`: the episode loop: :func:`evaluate` plays whole
   episodes, :func:`episode` one.
 
@@ -30,12 +35,14 @@ these loops.
 from .accounting import Accounts
 from .context import Context
 from .episodes import episode, evaluate
-from .fragments import collect, prepare, startup
+from .devices import DevicePolicy, module_device
+from .fragments import collect, fragment_device, prepare, startup
 from .layout import (CHECK_SPACES, EpisodeEdges, EpisodeStats, Fragment,
                      Meta, State, acted, check_count, check_spaces_mode,
                      check_sticky, columns, env_axes, episode_edges,
                      episode_stats)
-from .policy import LocalPolicy
+from .policy import LocalPolicy, as_policy
+from .torch_loop import TorchContext
 
 __all__ = [
     "check_count",
@@ -59,5 +66,10 @@ __all__ = [
     "episode_stats",
     "CHECK_SPACES",
     "LocalPolicy",
+    "DevicePolicy",
+    "as_policy",
+    "module_device",
+    "fragment_device",
+    "TorchContext",
     "Accounts",
 ]

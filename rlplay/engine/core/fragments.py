@@ -4,6 +4,11 @@ of an ongoing collection, and :func:`collect` fills a buffer with the next
 fragment in place, as laid out in :mod:`.layout`. It steps the envs
 through the env adapter's :class:`~rlplay.engine.envs.EnvBatch` and calls
 the actor through a policy (:mod:`.policy`).
+
+An env batch of kind ``"torch"`` (a torch-native source) is stepped by
+the torch loop of :mod:`.torch_loop` instead, with the same layout,
+checks and policy seam: :func:`startup` and :func:`collect` choose it here
+(:func:`_torch`), and nowhere else.
 """
 import numpy as np
 import torch
@@ -19,12 +24,26 @@ from .layout import (EpisodeStats, Fragment, Meta, _check_counts,
                      _row_fields, _state_example, check_spaces_mode,
                      check_sticky)
 from .policy import _copier, as_policy
+from . import torch_loop
 
-__all__ = ["prepare", "startup", "collect"]
+__all__ = ["prepare", "startup", "collect", "fragment_device"]
+
+
+def _torch(envs):
+    """Whether the torch loop steps ``envs`` (its kind): the one place
+    that chooses the loop."""
+    return getattr(envs, "kind", "numpy") == "torch"
+
+
+def fragment_device(envs):
+    """Where the fragments of ``envs`` are written: a torch source's device
+    (:func:`prepare` with ``device=`` allocates a buffer there), else
+    ``None`` (the host)."""
+    return envs.device if _torch(envs) else None
 
 
 def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
-            shared=False, pinned=False):
+            shared=False, pinned=False, device=None):
     """Allocate a fragment buffer laid out for ``env`` and ``actor``.
 
     The actor is called once, virtually, on a zero state to learn the
@@ -45,11 +64,15 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
         Record final observations.
     shared, pinned : bool
         Allocate in shared or page-locked memory.
+    device : torch.device or str, optional
+        Allocate on this device (:func:`fragment_device`: where a torch
+        source writes); not with ``shared`` or ``pinned`` (host memory).
 
     Returns
     -------
     buffer : Aliased(npy, pyt)
-        Two :class:`~.layout.Fragment` views of one zero-filled memory.
+        Two :class:`~.layout.Fragment` views of one zero-filled memory
+        (``npy`` ``None`` on a device other than the CPU).
 
     Raises
     ------
@@ -65,7 +88,17 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
     _, _, info = policy.probe(row, env.observation_space)
     hx0 = policy.initial_hx(row)
 
+    device = None if device is None else torch.device(device)
+    if device is not None and device.type != "cpu" and (shared or pinned):
+        raise ValueError(f"a buffer on device={str(device)!r} cannot be "
+                         f"shared={shared} or pinned={pinned} (host memory)")
+    on_device = device is not None and device.type != "cpu"
+
     def alloc(tree, *leading):
+        if on_device:
+            return suply(lambda x: torch.zeros(
+                (*leading, *x.shape), device=device, dtype=x.dtype
+                if isinstance(x, torch.Tensor) else torchify(x).dtype), tree)
         return aliased(tree, *leading, shared=shared, pinned=pinned).pyt
 
     T1 = n_steps + 1
@@ -85,6 +118,8 @@ def prepare(env, actor, n_steps, n_envs, *, env_info=None, final=True,
                    n_envs),
         acted=alloc(np.zeros((), bool), T1, n_envs),
     )
+    if on_device:
+        return Aliased(None, pyt)
     return Aliased(suply(torch.Tensor.numpy, pyt), pyt)
 
 
@@ -123,8 +158,12 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
     ValueError
         As many envs as the buffer has columns are needed.
     """
-    policy = as_policy(actor)
     envs = as_batch(envs)
+    if _torch(envs):
+        return torch_loop.startup(
+            envs, actor, buffer, seed_sequences, worker=worker,
+            env_ids=env_ids, generation=generation, seq=seq)
+    policy = as_policy(actor)
     if envs.n_envs != buffer.npy.state.fin.shape[1]:
         raise ValueError(f"{envs.n_envs} envs for a buffer of "
                          f"{buffer.npy.state.fin.shape[1]}")
@@ -186,6 +225,9 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         An action, ``hx``, ``info``, observation or reward that does not
         fit the buffer's layout.
     """
+    if _torch(ctx.envs):
+        return torch_loop.collect(actor, buffer, ctx, sticky=sticky,
+                                  version=version, check_spaces=check_spaces)
     mode = check_spaces_mode(check_spaces)
     checking = mode == "always" or (mode == "first"
                                     and not ctx.spaces_checked)

@@ -380,7 +380,7 @@ def episode_stats(fragment):
     Parameters
     ----------
     fragment : Fragment
-        numpy or torch views (any number of env columns).
+        numpy or torch views (any number of env columns, on any device).
 
     Returns
     -------
@@ -390,8 +390,12 @@ def episode_stats(fragment):
         to (:func:`acted`: rows ``1..T``, row 0 repeating the previous
         fragment), in row-major order.
     """
-    ended = np.asarray(episode_edges(fragment).ends)
+    ended = episode_edges(fragment).ends
     ret, length = fragment.stats
+    if isinstance(ended, torch.Tensor) and ended.device.type != "cpu":
+        # selected on the device; only the episodes come over
+        return ret[ended].cpu().numpy(), length[ended].cpu().numpy()
+    ended = np.asarray(ended)
     return np.asarray(ret)[ended], np.asarray(length)[ended]
 
 

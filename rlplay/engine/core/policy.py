@@ -21,9 +21,10 @@ themselves: they call a policy, which offers
   reset.
 
 :class:`LocalPolicy` is today's implementation: the actor called in this
-process, on host tensors. Running the actor on a device, or shared by
-several workers in another process, is another implementation of these
-five methods, not a branch of the loops.
+process, on the rows themselves; :class:`~.devices.DevicePolicy` runs it
+on a device of its own, moving each row there once (:mod:`.devices`).
+Shared by several workers in another process would be a further
+implementation of these methods, not a branch of the loops.
 """
 import torch
 
@@ -103,10 +104,25 @@ class LocalPolicy:
         return self.actor.reset(hx, fin)
 
 
-def as_policy(actor):
-    """``actor`` as a policy: itself if it is one (a :class:`LocalPolicy`),
-    else a :class:`LocalPolicy` of it."""
-    return actor if isinstance(actor, LocalPolicy) else LocalPolicy(actor)
+def as_policy(actor, rows=None, device=None):
+    """``actor`` as a policy: itself if it is one (a :class:`LocalPolicy`
+    or a :class:`~.devices.DevicePolicy`); else, for rows that live on
+    ``rows`` (a device, the host by default), a
+    :class:`~.devices.DevicePolicy` where ``device`` is given or where the
+    actor's parameters (:func:`~.devices.module_device`) live elsewhere,
+    and a :class:`LocalPolicy` where they live with the rows (or the actor
+    has none)."""
+    if isinstance(actor, LocalPolicy):
+        return actor
+    from .devices import DevicePolicy, module_device, normal_device
+    if device is None:
+        check_actor(actor)
+        # an actor over several devices moves its inputs itself
+        device = module_device(actor, strict=False)
+        if device is None or normal_device(device) == normal_device(
+                "cpu" if rows is None else rows):
+            return LocalPolicy(actor)
+    return DevicePolicy(actor, device)
 
 
 def _same_kind(a, b):

@@ -14,6 +14,9 @@ EnvPool, PettingZoo) API.
 - :mod:`.agents`: its implementation for PettingZoo parallel envs, one
   column per (env, agent) (:class:`~.agents.AgentEnvs`; imported when a
   factory makes one, not here);
+- :mod:`.torch_source`: its implementation for torch-native sources
+  (:class:`TorchSource`, of kind ``"torch"``, stepped by the torch loop
+  of :mod:`rlplay.engine.core`);
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
 - :mod:`.control`: calling a method of every env between fragments
@@ -27,6 +30,7 @@ from .sources import EnvConcat, as_batch, check_columns, make_batch
 from .spaces import (box_clipper, format_value, info_example,
                      space_checker, space_example, space_placeholder)
 from .envpool import EnvPoolSource, is_envpool
+from .torch_source import TorchRow, TorchSource, TorchStepped, source_device
 from .vector import VectorSource
 
 __all__ = [
@@ -40,4 +44,5 @@ __all__ = [
     "space_placeholder",
     "EnvPoolSource", "VectorSource", "is_envpool",
     "REFUSED_METHODS", "check_method",
+    "TorchSource", "TorchRow", "TorchStepped", "source_device",
 ]

@@ -146,6 +146,9 @@ class EnvBatch:
         The agent of each column (its index in a PettingZoo env's
         ``possible_agents``; 0 for a single-agent source), recorded in
         ``meta.agent``.
+    kind : str
+        The fragment loop that steps it: ``"numpy"``, or ``"torch"``
+        (:class:`~.torch_source.TorchSource`).
     """
 
     n_envs = 0
@@ -158,6 +161,7 @@ class EnvBatch:
     @property
     def column_agents(self):
         return np.zeros(self.n_envs, np.int64)
+    kind = "numpy"
 
     def reset(self, obs_out, seeds=None, at=None, *, t=None,
               check_casts=False):

@@ -4,10 +4,11 @@ and EnvPool envs, side by side.
 ``factory()`` may return a single ``gymnasium.Env``, a
 ``gymnasium.vector.VectorEnv`` (``make_vec`` in any mode, ``SyncVectorEnv``,
 ``AsyncVectorEnv``, a native vector env such as ``CartPoleVectorEnv``) or
-an EnvPool env; a source of ``k`` envs gives ``k`` columns. It may also
-return a PettingZoo ``ParallelEnv`` (or an AEC env that PettingZoo can
-convert), whose ``A`` possible agents give ``A`` columns (see
-:mod:`.agents`, imported only then).
+an EnvPool env, or a torch-native source (:mod:`.torch_source`); a
+source of ``k`` envs gives ``k`` columns. It may also return a PettingZoo
+``ParallelEnv`` (or an AEC env that PettingZoo can convert), whose ``A``
+possible agents give ``A`` columns (see :mod:`.agents`, imported only
+then).
 :func:`make_batch` calls the factory until the columns add up (a count
 that is not a whole number of sources is refused) and returns one
 :class:`~.batch.EnvBatch`: an :class:`~.batch.EnvList` of single envs, a
@@ -22,6 +23,7 @@ from ..seeds import reset_seed
 from .batch import EnvBatch, EnvList, RowOut, Stepped
 from .making import _accepts_seed, _check_env, check_factory, close_envs
 from .envpool import EnvPoolSource, is_envpool
+from .torch_source import TorchSource, source_device
 from .vector import VectorSource
 
 __all__ = ["EnvConcat", "make_batch", "as_batch", "check_columns"]
@@ -163,6 +165,9 @@ def _source(made, factory, seed):
     name = f"the {type(made).__name__} made by factory {factory!r}"
     if is_envpool(made):
         return EnvPoolSource(made, name)
+    device = source_device(made)
+    if device is not None:
+        return TorchSource(made, device, name)
     if isinstance(made, gymnasium.vector.VectorEnv):
         source = VectorSource(made, name)
         source.action_space.seed(seed)
@@ -260,6 +265,13 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
             source = _source(raw, factory, seed)
             width, kind = (source.n_envs, None) if isinstance(
                 source, EnvBatch) else _width(source)
+            if getattr(source, "kind", "numpy") == "torch" and (
+                    made[1:] or (max_sources is None and width != n)):
+                raise ValueError(
+                    f"{name}={n} columns from a torch source of num_envs="
+                    f"{width} ({type(raw).__name__}): a torch source gives "
+                    f"every column of a worker, alone; make it with "
+                    f"num_envs={n}")
             if max_sources is None and col + width > n:
                 raise ValueError(_not_whole(name, n, width, raw, source))
             if kind is None:
@@ -302,6 +314,11 @@ def check_columns(batch, n_envs, name="n_envs"):
         Naming ``name``, ``n_envs`` and the source's envs (or agents).
     """
     k = batch.n_envs
+    if batch.kind == "torch" and n_envs != k:
+        raise ValueError(
+            f"{name}={n_envs} columns from a torch source of num_envs={k}: "
+            f"a torch source gives every column of a worker, alone; make "
+            f"it with num_envs={n_envs}")
     if n_envs % k:
         if getattr(batch, "possible_agents", None) is not None:
             raise ValueError(_not_whole(name, n_envs, k, None, batch))

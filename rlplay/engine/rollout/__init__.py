@@ -40,7 +40,9 @@ keyword             default    meaning
                                episode (``final``)
 ``device``          ``None``   deliver batches on this device, through
                                non-blocking copies from page-locked memory;
-                               refused up front without CUDA
+                               refused up front without CUDA; ``None``:
+                               where they are collected (the host, or a
+                               torch-native source's device)
 ``pinned``          ``False``  deliver batches in page-locked host memory;
                                needs CUDA
 ``copy``            ``True``   yield a fresh batch each time, yours to keep
@@ -89,6 +91,15 @@ keyword             default    meaning
                                counters go on, envs are reset with seeds
                                of the resume's own branch); a state that
                                would shape the batch otherwise is refused
+``actor_device``    ``None``   where the actor runs (:mod:`._devices`):
+                               ``same``, where its parameters live (a
+                               device given must be that one); the workers,
+                               a copy on the CPU, or on this device (one
+                               for all, or a list of one per worker;
+                               CUDA refused up front without CUDA, under
+                               ``fork``, for Ray workers without
+                               ``num_gpus``); each row is moved there once
+                               (:mod:`rlplay.engine.core.devices`)
 ==================  =========  =============================================
 
 Every generator and the :class:`Evaluator` (and :mod:`.episodic` over

@@ -82,6 +82,7 @@ class Keywords(TypedDict, total=False):
     copy: bool
     check_spaces: str
     resume: Optional[dict]
+    actor_device: Union[str, torch.device, list, None]
 
 
 class WorkerKeywords(Keywords, total=False):
@@ -280,12 +281,16 @@ class SetUp(EnvControl):
         self._layout = layout
 
     def _probe(self, factory, n_steps, n_envs, *, sticky, env_info, final,
-               check_spaces, cpu_affinity=None, name="n_envs"):
+               check_spaces, cpu_affinity=None, name="n_envs",
+               actor_device=None):
         """What a generator with workers (processes or Ray actors) makes
         before they start: their CPU copy of the actor, the layout of a
         fragment buffer (from a probe env, :func:`probe_layout`: kept by
         :meth:`_lay_out`) and the :class:`~._collector.SessionSpec` that
         every worker shares.
+
+        ``actor_device`` is where each worker runs its copy of the actor
+        (:func:`~._devices.worker_devices`, checked already).
 
         Returns
         -------
@@ -303,7 +308,8 @@ class SetUp(EnvControl):
                            actor=Cloudpickled(worker_actor), entropy=entropy,
                            n_envs=n_envs, sticky=sticky,
                            check_spaces=check_spaces,
-                           cpu_affinity=cpu_affinity)
+                           cpu_affinity=cpu_affinity,
+                           actor_device=actor_device)
         return spec, template
 
     def _count(self, stats):

@@ -41,12 +41,12 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import time
-from collections import deque, namedtuple
+from collections import deque
 
 import numpy as np
 import torch
 
-from ..core import collect, evaluate, startup
+from ..core import as_policy, collect, evaluate, fragment_device, startup
 from ..envs import make_batch
 from ..pool import views
 from ..seeds import (collector_seed_sequence, env_seed_sequences,
@@ -56,79 +56,12 @@ from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
                         set_cpu_affinity)
 from ..video import video_path, write_video
 from ._control import CallEnvs, WorkerCalls
+from ._messages import (STOP, Buffers, Bye, Evaluate, Failed, Give, Ready,
+                        Result, SessionSpec, WorkerConfig)
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
            "SessionSpec", "Session", "WorkerConfig", "Buffers",
            "LearnerLink", "main"]
-
-# learner -> worker
-Give = namedtuple("Give", "indices")
-Evaluate = namedtuple("Evaluate", "request")
-STOP = "stop"
-# worker -> learner
-Ready = namedtuple("Ready", "index seq version waited elapsed control",
-                   defaults=(0,))
-Result = namedtuple("Result", "request returns lengths version elapsed video "
-                              "control", defaults=(None, 0))
-Failed = namedtuple("Failed", "record restartable")
-Bye = namedtuple("Bye", "seq")
-
-SessionSpec = namedtuple(
-    "SessionSpec", "factory actor entropy n_envs sticky check_spaces "
-                   "cpu_affinity", defaults=(None,))
-SessionSpec.__doc__ = """What every worker of a generator shares (made by
-keyword).
-
-factory, actor : Cloudpickled
-entropy : SeedSequence
-    The run's root.
-n_envs : int
-    Envs (columns) per worker.
-sticky : bool
-check_spaces : str
-    As in :func:`rlplay.engine.core.collect`.
-cpu_affinity : None, 'auto' or tuple of tuples
-    Where each worker runs (:func:`rlplay.engine.utils.mp.
-    set_cpu_affinity`), applied before it makes its envs.
-"""
-
-WorkerConfig = namedtuple(
-    "WorkerConfig", "spec index collector generation seq params buffers "
-                    "free evaluation threads calls", defaults=((),))
-WorkerConfig.__doc__ = """One worker's start bundle (made by keyword).
-
-spec : SessionSpec
-index : int
-    The worker's index (``meta.worker``; envs ``index * n_envs ..``).
-collector : int
-    Its collector index in the seeding tree (:mod:`rlplay.engine.seeds`).
-generation : int
-    0 for the first worker at ``index``, ``g`` for its ``g``-th
-    replacement (``meta.generation``).
-seq : int
-    The ``meta.seq`` of its first fragment.
-params : SharedParams or None
-    The shared parameters (a Ray worker gets them with each request).
-buffers : Buffers or None
-    Where a collecting worker's fragment buffers live.
-free : list of int
-    The buffers it holds at start.
-evaluation : tuple (n_episodes, max_steps, pending, record) or None
-    For an evaluating worker; ``pending`` is a request to play at once
-    (a replacement's), or ``None``; ``record``: the directory where the
-    video of each evaluation's first episode goes, or ``None``.
-threads : int
-    Torch threads.
-calls : tuple of bytes
-    The ``call_envs`` calls to apply before its first reset (set by the
-    supervisor: every call published so far, see :mod:`._control`).
-"""
-
-Buffers = namedtuple("Buffers", "segment spec stride")
-Buffers.__doc__ = """A worker's fragment buffers: laid out by ``spec``
-(:func:`rlplay.engine.pool.layout`) every ``stride`` bytes of the shared
-``segment`` (:class:`~rlplay.engine.pool.Segment`), or, with ``segment``
-``None``, one buffer of its own."""
 
 # the modules whose frames mark an exception as rlplay's own check
 _RLPLAY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -201,6 +134,10 @@ class Session:
         self.stage, self.envs, self.actor, self.ctx = "start-up", None, None, None
         self.version = None
         self.evaluations = 0
+        # where it runs the actor (None: where its parameters live)
+        self.device = None if spec.actor_device is None \
+            else spec.actor_device[index]
+        self.policy = None
 
     def start(self, threads=1, in_process=False):
         """Rebuild the factory and the actor and make the envs.
@@ -219,6 +156,8 @@ class Session:
                 spec.entropy, self.collector, self.generation))
             actor.step = _ActorFailure(actor.step)
             actor.reset = _ActorFailure(actor.reset)
+            if self.device is not None:  # a worker's copy, on its device
+                actor.to(self.device)
         self.actor = actor
         self.seeds = env_seed_sequences(spec.entropy, spec.n_envs,
                                         self.collector, self.generation)
@@ -232,7 +171,10 @@ class Session:
         self.calls.apply(self)
         self.stage = "reset"
         first = self.index * self.spec.n_envs
-        self.ctx = startup(self.envs, self.actor, buffer, self.seeds,
+        # the actor, called where it runs (see rlplay.engine.core.devices)
+        self.policy = as_policy(self.actor, rows=fragment_device(self.envs),
+                                device=self.device)
+        self.ctx = startup(self.envs, self.policy, buffer, self.seeds,
                            worker=self.index,
                            env_ids=np.arange(first, first + self.spec.n_envs),
                            generation=self.generation, seq=self.seq)
@@ -258,7 +200,7 @@ class Session:
         self.calls.apply(self)
         self.stage = f"collect (fragment {self.ctx.seq})"
         tic = time.perf_counter()
-        collect(self.actor, buffer, self.ctx, sticky=self.spec.sticky,
+        collect(self.policy, buffer, self.ctx, sticky=self.spec.sticky,
                 version=self.version if version is None else version,
                 check_spaces=self.spec.check_spaces)
         return time.perf_counter() - tic

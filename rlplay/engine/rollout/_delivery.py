@@ -7,7 +7,8 @@ copy): a new target is a change here, not a keyword in every generator.
 """
 import torch
 
-from ..nested import suply
+from ..core.devices import normal_device
+from ..nested import flatten, suply
 from ..shared import check_device, copy_
 
 __all__ = ["Delivery"]
@@ -27,10 +28,15 @@ class Delivery:
     (the next fragment, the next collation), or the device batch could
     receive part of the next one.
 
+    A batch that a torch source wrote on its device is delivered there
+    (``device=None``, or that device): as it is with ``copy=False`` (no
+    copy at all), a fresh copy there with ``copy=True``; ``device='cpu'``
+    brings it to the host.
+
     Parameters
     ----------
     device : str or torch.device, optional
-        ``'cpu'`` counts as none.
+        ``'cpu'`` counts as none for host batches.
     pinned : bool
     copy : bool
 
@@ -43,7 +49,9 @@ class Delivery:
     def __init__(self, device=None, pinned=False, copy=True):
         device = check_device(device, pinned)
         self.device = None if device is None or device.type == "cpu" \
-            else device
+            else normal_device(device)
+        # 'cpu' named: a batch on a device (a torch source's) comes over
+        self.to_host = device is not None and device.type == "cpu"
         self.pinned, self.copy = pinned, copy
         self._target, self._copied, self._staging = None, None, None
 
@@ -67,7 +75,11 @@ class Delivery:
 
     def __call__(self, host):
         """The batch to yield for ``host``, a host batch (nested tensors)
-        that the generator rewrites only after :meth:`wait`."""
+        that the generator rewrites only after :meth:`wait`, or a batch
+        that a torch source wrote on its device (:meth:`_from_device`)."""
+        where = flatten(host)[0].device
+        if where.type != "cpu":
+            return self._from_device(host, where)
         if self.device is None:
             if not self.copy:
                 return host
@@ -85,6 +97,19 @@ class Delivery:
         self._copied.record(torch.cuda.current_stream(self.device))
         return target
 
+
+    def _from_device(self, batch, where):
+        """A batch on device ``where``: itself where it is asked for there
+        (``device=None``, or that device) and ``copy=False``, a fresh copy
+        there with ``copy=True``; else copied to the host (``device='cpu'``,
+        page-locked with ``pinned``) or to the device asked for."""
+        if (self.device is None and not self.to_host) or \
+                self.device == where:
+            return suply(torch.clone, batch) if self.copy else batch
+        if self.device is None:
+            return suply(lambda x: x.to("cpu").pin_memory() if self.pinned
+                         else x.to("cpu"), batch)
+        return suply(lambda x: x.to(self.device), batch)
 
     def from_shared(self, shared):
         """The batch to yield for ``shared``, a buffer in (pageable) shared

@@ -64,7 +64,7 @@ class Gathered(Supervised, Generator):
         As documented by the subclass.
     entropy, sticky, env_info, final, device, pinned, copy, check_spaces,
     timeout, start_timeout, shutdown_timeout, restarts, restart_delay,
-    cpu_affinity, resume
+    cpu_affinity, resume, actor_device
         The shared keywords (:mod:`rlplay.engine.rollout`).
 
     A subclass starts its workers in :meth:`_start`, which sets
@@ -80,7 +80,7 @@ class Gathered(Supervised, Generator):
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
-                 resume=None):
+                 resume=None, actor_device=None):
         counts = [("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
                   ("n_per_actor", n_per_actor, 1), ("n_buffers", n_buffers, 1),
                   ("n_per_batch", n_per_batch, 1)]
@@ -96,13 +96,14 @@ class Gathered(Supervised, Generator):
             restarts=restarts, restart_delay=restart_delay, sticky=sticky,
             check_spaces=check_spaces, cpu_affinity=cpu_affinity)
         check_pool(n_buffers, n_per_batch, n_actors)
+        devices = self._devices(actor_device, n_actors)
         self.max_lag, self.n_per_batch = max_lag, n_per_batch
         # the workers' actor is a CPU copy; the buffers are sized with it
         # here from a probe env that the factory makes and we close at once
         spec, template = self._probe(
             factory, n_steps, n_per_actor, sticky=sticky, env_info=env_info,
             final=final, check_spaces=check_spaces, cpu_affinity=cpu_affinity,
-            name="n_per_actor")
+            name="n_per_actor", actor_device=devices)
         check_hx_dim(template.hx, self.hx_dim, n_per_actor)
         # before the learner's batch is allocated (zero-filled gigabytes
         # for a pool that would not fit anyway)
@@ -110,6 +111,11 @@ class Gathered(Supervised, Generator):
         self._collation = Collation(template, self.hx_dim, n_per_batch,
                                     self.delivery.host_pinned)
         self._start(spec, template, n_actors, n_buffers)
+
+    def _devices(self, actor_device, n_actors):
+        """Where each worker runs its actor
+        (:func:`~._devices.worker_devices`), checked up front."""
+        raise NotImplementedError
 
     def _check_capacity(self, template, n_actors, n_buffers):
         """Raise :class:`~rlplay.engine.errors.CapacityError` where the

@@ -112,6 +112,7 @@ from ._base import PoolKeywords, Stats, Unpack, spell_out
 from ._batch import Arrival, Collation, ReadyQueue, new_account
 from ._buffers import WORKER_THREADS
 from ._collector import Buffers, WorkerConfig
+from ._devices import worker_devices
 from ._gather import Gathered
 from ._params import RayParams
 from ._remote import RemoteSupervisor, join, ray_options
@@ -289,6 +290,10 @@ class Rollout(Gathered):
         self._address = address
         super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
                          n_buffers, n_per_batch, **kwargs)
+
+    def _devices(self, actor_device, n_actors):
+        return worker_devices(actor_device, n_actors,
+                              ray_options=self._options)
 
     def _start(self, spec, template, n_actors, n_buffers):
         run, release = self._run, join(self._address)

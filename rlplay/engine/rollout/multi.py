@@ -108,6 +108,7 @@ is unmapped and the shared parameters dropped.
 from ..utils.mp import get_context
 from ._base import PoolKeywords, Unpack, spell_out
 from ._buffers import SharedBuffers
+from ._devices import worker_devices
 from ._gather import Gathered
 
 __all__ = ["rollout", "Rollout"]
@@ -124,6 +125,10 @@ class Rollout(Gathered):
         self._context = get_context(start_method)
         super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
                          n_buffers, n_per_batch, **kwargs)
+
+    def _devices(self, actor_device, n_actors):
+        return worker_devices(actor_device, n_actors,
+                              start_method=self._context.get_start_method())
 
     def _check_capacity(self, template, n_actors, n_buffers):
         SharedBuffers.check_capacity(

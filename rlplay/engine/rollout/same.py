@@ -26,14 +26,16 @@ The collection is the worker session of every other generator
 the caller's process: seeding, ``meta`` and the env batch are made as a
 worker makes them.
 """
+import contextlib
 import time
 
 import torch
 
-from ..core import check_sticky, prepare
+from ..core import check_sticky, fragment_device, module_device, prepare
 from ..seeds import collector_seed_sequence, torch_seed
 from ._base import Generator, Keywords, SetUp, Stats, Unpack, spell_out
 from ._collector import Session, SessionSpec
+from ._devices import same_device
 from ._resume import buffer_layout
 
 __all__ = ["rollout", "Rollout"]
@@ -45,17 +47,19 @@ class Rollout(SetUp, Generator):
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
                  pinned=False, copy=True, check_spaces="first",
-                 resume=None):
+                 resume=None, actor_device=None):
         run = self._begin(
             "same", actor, dict(n_steps=n_steps, n_envs=n_envs, sticky=sticky),
             [("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
             entropy=entropy, resume=resume, delivery=(device, pinned, copy),
             sticky=sticky, check_spaces=check_spaces)
         entropy = run.entropy  # one root for envs and actor
+        device = same_device(actor, actor_device)
         self.session = Session(SessionSpec(
             factory=factory, actor=actor, entropy=entropy, n_envs=int(n_envs),
-            sticky=sticky, check_spaces=check_spaces), index=0, collector=0,
-            generation=run.generation[0], seq=run.seq[0],
+            sticky=sticky, check_spaces=check_spaces,
+            actor_device=None if device is None else (device,)), index=0,
+            collector=0, generation=run.generation[0], seq=run.seq[0],
             calls=self._calls.payloads)
         self._seq = run.seq[0]
         self.session.start(in_process=True)
@@ -64,22 +68,25 @@ class Rollout(SetUp, Generator):
         try:
             if sticky:
                 check_sticky(self.envs)
+            # the fragments are written where the envs write them (a torch
+            # source's device; else the host)
+            home = fragment_device(self.envs)
+            self._stream = _Stream(actor, device, home)
             # sizing calls the actor virtually: keep that off every stream
-            with torch.random.fork_rng(devices=[]):
-                self.buffer = prepare(self.envs, actor, n_steps, n_envs,
-                                      env_info=env_info, final=final,
-                                      pinned=self.delivery.host_pinned)
+            with self._stream.apart():
+                self.buffer = prepare(
+                    self.envs, actor, n_steps, n_envs, env_info=env_info,
+                    final=final, device=home,
+                    pinned=self.delivery.host_pinned and home is None)
             self._lay_out(buffer_layout(self.buffer.pyt,
                                         self.envs.observation_space,
                                         self.envs.action_space))
             # the actor samples from a torch stream of its own, seeded from
             # the run's entropy exactly as a worker process seeds its
             # global one, so that same and single collect the same data
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(torch_seed(collector_seed_sequence(
-                    entropy, 0, run.generation[0])))
+            with self._stream.seeded(torch_seed(collector_seed_sequence(
+                    entropy, 0, run.generation[0]))):
                 self.session.begin(self.buffer)
-                self._rng = torch.get_rng_state()
         except BaseException:
             try:
                 self.session.close(quiet=False)
@@ -95,14 +102,13 @@ class Rollout(SetUp, Generator):
         calls, session = self._calls, self.session
         calls.publish()  # applied by fill(), before the fragment
         session.receive(calls.since(len(session.calls.payloads)))
-        with torch.random.fork_rng(devices=[]):
-            torch.set_rng_state(self._rng)
+        with self._stream.seeded():
             self.session.fill(self.buffer, version=stats["batches"])
-            self._rng = torch.get_rng_state()
         self._seq = self.session.ctx.seq
         elapsed = time.perf_counter() - tic
         # in this process the learner waits for every fragment it gets
-        stats.batch(self.buffer.npy, waited=elapsed, collected=elapsed,
+        stats.batch(self.buffer.pyt if self.buffer.npy is None
+                    else self.buffer.npy, waited=elapsed, collected=elapsed,
                     version=stats["batches"])
         return self.delivery(self.buffer.pyt)
 
@@ -121,6 +127,41 @@ class Rollout(SetUp, Generator):
         self.session.close(quiet=not graceful)  # called once
 
 
+class _Stream:
+    """The rollout's own torch random stream: the CPU generator's state,
+    and that of each CUDA device where the actor or the envs run, swapped
+    in around each collection (:meth:`seeded`), so that the caller's
+    generators are left alone."""
+
+    def __init__(self, actor, device, home):
+        devices = {device, home}
+        if device is None:
+            devices.add(module_device(actor, strict=False))
+        self.devices = sorted({d.index or 0 for d in devices
+                               if d is not None and d.type == "cuda"})
+        self.states = None
+
+    @contextlib.contextmanager
+    def apart(self):
+        """Calls that leave every stream as it was."""
+        with torch.random.fork_rng(devices=self.devices):
+            yield
+
+    @contextlib.contextmanager
+    def seeded(self, seed=None):
+        """The stream swapped in (first seeded with ``seed``)."""
+        with torch.random.fork_rng(devices=self.devices):
+            if seed is not None:
+                torch.manual_seed(seed)
+            else:
+                torch.set_rng_state(self.states[0])
+                for index, state in zip(self.devices, self.states[1:]):
+                    torch.cuda.set_rng_state(state, index)
+            yield
+            self.states = [torch.get_rng_state()] + [
+                torch.cuda.get_rng_state(index) for index in self.devices]
+
+
 def rollout(factory, actor, n_steps, n_envs, **kwargs: Unpack[Keywords]):
     """Collect fragments in this process, one per ``next()``.
 
@@ -137,10 +178,13 @@ def rollout(factory, actor, n_steps, n_envs, **kwargs: Unpack[Keywords]):
         Builds one Gymnasium env; called ``n_envs`` times (with ``seed=``
         if it accepts it).
     actor : BaseActorModule
-        Runs on the CPU, under ``torch.no_grad()``, in its current mode,
-        drawing from a torch random stream of the rollout's own (seeded
-        from ``entropy`` as a worker of ``single`` seeds its global one);
-        the caller's global torch generator is left untouched.
+        Runs where its parameters live (``actor_device``, if given, must
+        name that device; see :mod:`._devices`), each row of observations
+        moved there once (:mod:`rlplay.engine.core.devices`), under
+        ``torch.no_grad()``, in its current mode, drawing from a torch
+        random stream of the rollout's own (seeded from ``entropy`` as a
+        worker of ``single`` seeds its global one); the caller's global
+        torch generators are left untouched.
     n_steps : int
         ``T``, the steps per fragment.
     n_envs : int
@@ -153,7 +197,10 @@ def rollout(factory, actor, n_steps, n_envs, **kwargs: Unpack[Keywords]):
         ``(1 + T, B, ...)``: each a fresh copy of the buffer (on
         ``device``, if given), yours to keep; with ``copy=False`` the
         buffer itself (or its reused device copy), valid until the next
-        ``next()``.
+        ``next()``. The buffer lives where the envs write: the host, or
+        the device of a torch-native source (its fragments are written
+        there by the torch loop, :mod:`rlplay.engine.core.torch_loop`,
+        and delivered there unless ``device`` names another).
 
     Notes
     -----

@@ -38,8 +38,8 @@ Set-up: the learner makes one probe env with the factory to size the
 buffers, and closes it (a failure there is raised directly, as by
 ``same.rollout``). The worker makes its own ``n_envs`` envs with the seeds
 ``same.rollout`` gives its envs (collector 0 of ``entropy``), seeds its
-global generators from that collector's sequence, and runs its CPU copy of
-the actor on one torch thread.
+global generators from that collector's sequence, and runs its copy of
+the actor (on the CPU, or on ``actor_device``) on one torch thread.
 
 Between two ``next()`` calls the learner owns the yielded buffer and the
 worker the other one; they swap at ``next()``. The yielded batch is a
@@ -93,6 +93,7 @@ from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
                     Deadline, Generator, Supervised, Unpack, WorkerKeywords,
                     spell_out)
 from ._buffers import SharedBuffers
+from ._devices import worker_devices
 
 __all__ = ["rollout", "Rollout"]
 
@@ -107,7 +108,7 @@ class Rollout(Supervised, Generator):
                  start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
-                 resume=None):
+                 resume=None, actor_device=None):
         run = self._begin(
             "single", actor, dict(n_steps=n_steps, n_envs=n_envs,
                                   sticky=sticky),
@@ -119,12 +120,14 @@ class Rollout(Supervised, Generator):
             check_spaces=check_spaces, cpu_affinity=cpu_affinity)
         n_steps, n_envs = int(n_steps), int(n_envs)
         mp_ctx = get_context(start_method)
+        devices = worker_devices(actor_device, 1,
+                                 start_method=mp_ctx.get_start_method())
         # the worker's actor is a CPU copy; the buffers are sized with it in
         # this process, from a probe env the factory makes and we close
         spec, template = self._probe(
             factory, n_steps, n_envs, sticky=sticky, env_info=env_info,
             final=final, check_spaces=check_spaces,
-            cpu_affinity=cpu_affinity)
+            cpu_affinity=cpu_affinity, actor_device=devices)
         self._held = None  # the arrival whose buffer the learner holds
         # the first batch of this part of the run (> 0 for a resume)
         self._first = run.counters.get("batches", 0)

@@ -1,0 +1,283 @@
+"""Torch-native envs: ``same.rollout`` over ``rlplay.envs.TorchCartPole``
+(the torch fragment loop) beside a hand-written torch loop over the same
+env and Gymnasium's numpy ``CartPoleVectorEnv`` of the same size.
+
+Rows, for each size ``n`` of ``--sizes`` (1,024 and 8,192 by default),
+every one stepping ``n`` CartPoles with the benchmarks' actor (a
+4-64-64-2 MLP sampling from a categorical, one torch thread, under
+``torch.no_grad()``) in fragments of ``--steps`` rows:
+
+``torch.n/hand``
+    The hand-written torch loop: one actor call and one ``step`` per row,
+    the observations, actions, rewards and ends written into preallocated
+    ``(1 + T, n)`` tensors (no final observations, no episode accounting,
+    no checks). The reference (``x hand``).
+``torch.n/same.rollout``
+    ``same.rollout(TorchCartPole, ..., copy=False)``: the full layout
+    (``final``, ``truncated``, ``acted``, ``stepno``, episode statistics,
+    the lookahead row), ``check_spaces`` on its first fragment only.
+``torch.n/same.rollout.alternating``
+    The two loops above timed fragment by fragment in turn within one
+    window (``harness.alternated``): its ``x hand`` is the ratio of the
+    two sums of that window, the drift of a loaded machine left out; and
+    the ratio of the two loops' CPU time (this thread's) in that window,
+    which leaves out the time a call waited for a core.
+``numpy.n/hand``, ``numpy.n/same.rollout``
+    Gymnasium's ``CartPoleVectorEnv`` (numpy, next-step autoreset) driven
+    by the same actor into preallocated arrays, and ``same.rollout`` over
+    it (the numpy fragment loop, lost calls marked).
+
+Every row runs once per round, rows in turn (``harness.measure``);
+steps/s are medians over ``--rounds`` rounds with their spread
+``[min-max]``, ratios taken round by round. With ``--device cuda`` (where
+CUDA is present) the torch rows run there with the actor there too (each
+fragment ends with a ``torch.cuda.synchronize()``); without CUDA the
+script says so in one line and measures the CPU rows.
+
+    python benchmarks/torch_envs.py [--json] [--rounds 3] [--duration 1]
+                                    [--sizes 1024,8192] [--steps 64]
+                                    [--device cpu]
+"""
+import argparse
+import functools
+import sys
+import time
+
+import gymnasium
+import numpy as np
+import torch
+
+from harness import (Row, alternated, fmt, measure, paired, print_json,
+                     record, spread, stats, timed)
+from rlplay.engine.rollout import same
+from rlplay.envs import TorchCartPole
+from workloads import MLPActor
+
+__all__ = ["main"]
+
+
+def _sync(device):
+    if device.type == "cuda":
+        return functools.partial(torch.cuda.synchronize, device)
+    return lambda: None
+
+
+def _actor(device):
+    """The actor of every row: the same weights (the speed of ``tanh``
+    depends on its inputs)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return MLPActor().to(device)
+
+
+def hand_torch(n_envs, n_steps, device):
+    """The hand-written torch loop over ``TorchCartPole(n_envs)``:
+    ``(fragment, close)``."""
+    env = TorchCartPole(n_envs, device=device)
+    actor = _actor(device)
+    obs = torch.zeros((n_steps + 1, n_envs, 4), device=device)
+    act = torch.zeros((n_steps + 1, n_envs), dtype=torch.int64,
+                      device=device)
+    rew = torch.zeros((n_steps + 1, n_envs), device=device)
+    done = torch.zeros((n_steps + 1, n_envs), dtype=torch.bool,
+                       device=device)
+    obs[0], _ = env.reset(seed=0)
+    sync = _sync(device)
+
+    def fragment():
+        for t in range(n_steps):
+            # (1, n, 4), the input rlplay gives the actor: the ratio is of
+            # the loops (an MLP may take another kernel on (n, 4))
+            act[t + 1] = actor.sample(obs[t:t + 1])[0]
+            x, r, terminated, truncated, _ = env.step(act[t + 1])
+            obs[t + 1] = x
+            rew[t + 1] = r
+            torch.logical_or(terminated, truncated, out=done[t + 1])
+        obs[0] = obs[n_steps]
+        sync()
+    return fragment, env.close
+
+
+def rollout_torch(n_envs, n_steps, device):
+    """``same.rollout`` over ``TorchCartPole(n_envs)``: ``(fragment,
+    close)``."""
+    factory = functools.partial(TorchCartPole, n_envs, device=device)
+    feed = same.rollout(factory, _actor(device), n_steps, n_envs,
+                        entropy=0, copy=False)
+    sync = _sync(device)
+
+    def fragment():
+        next(feed)
+        sync()
+    return fragment, feed.close
+
+
+def hand_numpy(n_envs, n_steps):
+    """Gymnasium's ``CartPoleVectorEnv`` driven by hand into arrays."""
+    env = gymnasium.make_vec("CartPole-v1", n_envs,
+                             vectorization_mode="vector_entry_point")
+    actor = _actor(torch.device("cpu"))
+    obs = np.zeros((n_steps + 1, n_envs, 4), np.float32)
+    act = np.zeros((n_steps + 1, n_envs), np.int64)
+    rew = np.zeros((n_steps + 1, n_envs), np.float32)
+    done = np.zeros((n_steps + 1, n_envs), bool)
+    obs[0], _ = env.reset(seed=0)
+    obs_pyt = torch.from_numpy(obs)
+
+    def fragment():
+        for t in range(n_steps):
+            actions = actor.sample(obs_pyt[t:t + 1])[0].numpy()
+            act[t + 1] = actions
+            obs[t + 1], rew[t + 1], terminated, truncated, _ = env.step(
+                actions)
+            np.logical_or(terminated, truncated, out=done[t + 1])
+        obs[0] = obs[n_steps]
+    return fragment, env.close
+
+
+def rollout_numpy(n_envs, n_steps):
+    factory = functools.partial(gymnasium.make_vec, "CartPole-v1", n_envs,
+                                vectorization_mode="vector_entry_point")
+    feed = same.rollout(factory, _actor(torch.device("cpu")), n_steps,
+                        n_envs, entropy=0, copy=False)
+    return (lambda: next(feed)), feed.close
+
+
+def _timed(make, steps):
+    def run(seconds):
+        fragment, close = make()
+        try:
+            return timed(fragment, steps, seconds)
+        finally:
+            close()
+    return run
+
+
+def _alternated(n_envs, n_steps, device):
+    def run(seconds):
+        loops = {"rlplay": rollout_torch(n_envs, n_steps, device),
+                 "hand": hand_torch(n_envs, n_steps, device)}
+        # each call's CPU time too (this thread's): on a machine that other
+        # work loads, the wall time of a call includes the time the thread
+        # waited for a core
+        spent = dict.fromkeys(loops, 0.0)
+
+        def clocked(name, fragment):
+            def call():
+                tic = time.thread_time()
+                fragment()
+                spent[name] += time.thread_time() - tic
+            return call
+        try:
+            result = alternated({k: clocked(k, v[0])
+                                 for k, v in loops.items()},
+                                n_steps * n_envs, seconds)
+        finally:
+            for _, close in loops.values():
+                close()
+        # the warm-up calls are clocked too, the same count for both
+        return dict(result["rlplay"], x_hand=result["rlplay"]["steps_per_s"]
+                    / result["hand"]["steps_per_s"],
+                    x_hand_cpu=spent["hand"] / spent["rlplay"])
+    return run
+
+
+def rows(sizes, n_steps, device):
+    out = []
+    for n in sizes:
+        steps = n * n_steps
+        tag = f"torch.{n}" + ("" if device.type == "cpu" else f".{device}")
+        out += [
+            Row(f"{tag}/hand", _timed(functools.partial(
+                hand_torch, n, n_steps, device), steps)),
+            Row(f"{tag}/same.rollout", _timed(functools.partial(
+                rollout_torch, n, n_steps, device), steps)),
+            Row(f"{tag}/same.rollout.alternating",
+                _alternated(n, n_steps, device)),
+            Row(f"numpy.{n}/hand", _timed(functools.partial(
+                hand_numpy, n, n_steps), steps)),
+            Row(f"numpy.{n}/same.rollout", _timed(functools.partial(
+                rollout_numpy, n, n_steps), steps)),
+        ]
+    return out
+
+
+def records(selected, results):
+    """One record a row: steps/s, and ``x_hand`` (paired with the hand
+    loop of its section, round by round; the alternating row's own)."""
+    out = []
+    for row in selected:
+        values = results.get(row.name)
+        if not values:
+            continue
+        item = record(row.name, row.kind, {
+            r: v["steps_per_s"] for r, v in values.items()})
+        section = row.name.split("/")[0]
+        if row.name.endswith(".alternating"):
+            ratios = [v["x_hand"] for v in values.values()]
+            mid, low, high = stats([v["x_hand_cpu"]
+                                    for v in values.values()])
+            item.update(x_hand_cpu=mid, x_hand_cpu_min=low,
+                        x_hand_cpu_max=high)
+        else:
+            ratios = paired(
+                {r: v["steps_per_s"] for r, v in values.items()},
+                {r: v["steps_per_s"] for r, v in results.get(
+                    f"{section}/hand", {}).items()})
+        if ratios:
+            mid, low, high = stats(ratios)
+            item.update(x_hand=mid, x_hand_min=low, x_hand_max=high)
+        out.append(item)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per row")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=1.0,
+                        help="seconds each row is timed per round")
+    parser.add_argument("--sizes", default="1024,8192",
+                        help="numbers of envs, comma-separated")
+    parser.add_argument("--steps", type=int, default=64,
+                        help="rows per fragment")
+    parser.add_argument("--device", default="cpu",
+                        help="where the torch rows run (cuda: the actor too)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("benchmarks/torch_envs.py: no GPU on this machine (CUDA is "
+              "absent): the torch rows run on the CPU only")
+        device = torch.device("cpu")
+    elif device.type == "cpu" and not torch.cuda.is_available():
+        print("benchmarks/torch_envs.py: no GPU on this machine: CPU rows "
+              "only (--device cuda measures them on a GPU where present)")
+    sizes = [int(n) for n in args.sizes.split(",")]
+    selected = rows(sizes, args.steps, device)
+    results, skipped, failed = measure(selected, args.rounds, args.duration)
+    table = records(selected, results)
+    table += [{"name": name, "skipped": why}
+              for name, why in {**skipped, **failed}.items()]
+    if args.json:
+        print_json(table)
+        return 1 if failed else 0
+    print(f"{'row':<36} {'steps/s [min-max]':<29} x hand [min-max]")
+    for item in table:
+        if "skipped" in item:
+            print(f"{item['name']:<36} skipped: {item['skipped']}")
+            continue
+        ratio = fmt(item.get("x_hand"))
+        if "x_hand" in item:
+            ratio += f" [{item['x_hand_min']:.2f}-{item['x_hand_max']:.2f}]"
+        if "x_hand_cpu" in item:
+            ratio += (f"  (CPU time: {item['x_hand_cpu']:.2f} "
+                      f"[{item['x_hand_cpu_min']:.2f}-"
+                      f"{item['x_hand_cpu_max']:.2f}])")
+        print(f"{item['name']:<36} {spread(item)} {ratio}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Where the actor runs: the ``actor_device`` keyword of the generators,
+checked up front, before anything starts.
+
+- ``same.rollout`` calls the actor you train, in your process: it runs
+  where its parameters live (:func:`~rlplay.engine.core.module_device`;
+  the rows are moved there, see :mod:`rlplay.engine.core.devices`).
+  ``actor_device``, if given, names that device (a check; an actor
+  without parameters runs there).
+- The workers of ``single``, ``multi`` and ``cluster`` run copies of the
+  actor, on the CPU by default; ``actor_device`` puts each copy on a
+  device: one for every worker (shared by them), or a list of one per
+  worker. A CUDA device is refused where CUDA is absent, under the
+  ``fork`` start method (a forked child cannot initialise CUDA once its
+  parent did, and the learner does: torch raises "Cannot re-initialize
+  CUDA in forked subprocess"), and on a Ray cluster whose workers ask
+  for no GPU (Ray hides the GPUs from an actor that asks for none:
+  ``actor_options={"num_gpus": ...}``).
+"""
+import torch
+
+from ..core import module_device
+from ..core.devices import normal_device
+
+__all__ = ["same_device", "worker_devices"]
+
+
+def same_device(actor, actor_device):
+    """The device ``same.rollout`` names to the policy: ``None`` (where
+    the actor's parameters live), or ``actor_device`` checked against
+    them.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a device, or not the one of the actor's parameters.
+    RuntimeError
+        CUDA asked for and absent.
+    """
+    if actor_device is None:
+        return None
+    device = normal_device(actor_device, "actor_device")
+    params = module_device(actor)
+    if params is not None and normal_device(params) != device:
+        raise ValueError(
+            f"actor_device={str(actor_device)!r}, but the actor's "
+            f"parameters live on {params}: same.rollout runs the actor you "
+            f"train where it is; move it (actor.to({str(device)!r})) or "
+            f"leave actor_device out")
+    return device
+
+
+def _parse(device):
+    if isinstance(device, bool) or not isinstance(device, (str,
+                                                           torch.device)):
+        raise TypeError(f"actor_device must be a device (a torch.device or "
+                        f"a string such as 'cuda:0'), or a list of one per "
+                        f"worker, got {type(device).__name__} {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"actor_device={device!r} is not a device: "
+                         f"{exc}") from None
+
+
+def worker_devices(actor_device, n_workers, *, start_method=None,
+                   ray_options=None):
+    """The device of each worker's copy of the actor: a tuple of
+    ``n_workers`` ``torch.device``, or ``None`` (the CPU, the default).
+
+    Parameters
+    ----------
+    actor_device : None, device, or list of devices
+        One device for every worker, or one per worker.
+    n_workers : int
+    start_method : str, optional
+        The workers' (``None``: Ray actors, or the default).
+    ray_options : dict, optional
+        The Ray actor options of ``cluster`` workers (``None``: processes
+        on this machine).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a device or a list of ``n_workers`` devices; a CUDA device
+        under ``fork``, or for Ray workers that ask for no GPU.
+    RuntimeError
+        A CUDA device for processes on this machine, where CUDA is absent.
+    """
+    if actor_device is None:
+        return None
+    if isinstance(actor_device, (list, tuple)):
+        if len(actor_device) != n_workers:
+            raise ValueError(f"actor_device must be one device, or a list of "
+                             f"one per worker ({n_workers}), got a list of "
+                             f"{len(actor_device)}")
+        devices = tuple(_parse(device) for device in actor_device)
+    else:
+        devices = (_parse(actor_device),) * n_workers
+    if not any(device.type == "cuda" for device in devices):
+        return devices
+    if ray_options is not None:
+        if not ray_options.get("num_gpus"):
+            raise ValueError(
+                f"actor_device={actor_device!r} puts the workers' actors on "
+                f"CUDA, but Ray gives a worker no GPU unless it asks for "
+                f"one: actor_options={{'num_gpus': ...}} (a fraction shares "
+                f"a GPU)")
+        return devices
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"actor_device={actor_device!r} needs CUDA, but "
+            f"torch.cuda.is_available() is False (torch "
+            f"{torch.__version__})")
+    if start_method == "fork":
+        raise ValueError(
+            f"actor_device={actor_device!r} with start_method='fork': a "
+            f"forked worker cannot use CUDA once the learner initialised "
+            f"it; use start_method='forkserver' (the default) or 'spawn'")
+    return devices
