@@ -14,6 +14,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from bounds import JOIN  # the reason in bounds.py
+
 
 class CountingEnv(gymnasium.Env):
     """Observation = steps since reset + 100 * episode index + offset.
@@ -439,7 +441,7 @@ class HelperProcessEnv(CountingEnv):
         if self.helper is not None:
             self.conn.close()
             self.helper.terminate()
-            self.helper.join(5.0)
+            self.helper.join(JOIN)
             self.helper = None
         super().close()
 

@@ -12,11 +12,13 @@ import sys
 
 import pytest
 
+from bounds import BENCHMARK  # the reason in bounds.py
+
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "benchmarks")
 
 
-def run(script, *args, timeout=240):
+def run(script, *args, timeout=BENCHMARK):
     out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script),
                           *args], capture_output=True, text=True,
                          timeout=timeout)

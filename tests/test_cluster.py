@@ -41,14 +41,16 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the bounds of the waits (their reasons in bounds.py)
-from bounds import FAULT as BOUND, RAY_STEADY as STEADY, START  # noqa: E402
+from bounds import (CLUSTER_SCRIPT, FAULT as BOUND, MARGIN,  # noqa: E402
+                    NODE_LOST, RAY_STEADY as STEADY, SCRIPT, SHUTDOWN,
+                    START)
 ENTROPY = 0
 
 
 def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
          n_per_batch=1, **kwargs):
     """``n_actors`` workers of one env each, fragments of 4 steps."""
-    args = dict(timeout=STEADY, start_timeout=START, shutdown_timeout=2.0,
+    args = dict(timeout=STEADY, start_timeout=START, shutdown_timeout=SHUTDOWN,
                 entropy=ENTROPY)
     args.update(kwargs)
     return make_generator("cluster", factory, actor or CountingActor(), 4, 1,
@@ -475,14 +477,15 @@ def test_without_ray_calling_rollout_says_how_to_install():
         "except ImportError as exc:\n"
         "    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=SCRIPT)
     assert out.returncode == 0, out.stderr
     assert "pip install rlplay[cluster]" in out.stdout
 
 
 # -------------------------------------------------------------- two nodes --
 
-@pytest.mark.timeout(600)  # cluster_nodes.py's own DEADLINE is 480 s
+# cluster_nodes.py's own deadline is CLUSTER_SCRIPT
+@pytest.mark.timeout(CLUSTER_SCRIPT + 2 * MARGIN)
 def test_two_nodes_and_a_lost_node():
     """A head node and a second node (``ray start``) on this host, in a
     script of its own (its own Ray driver): the two workers run on distinct
@@ -491,7 +494,7 @@ def test_two_nodes_and_a_lost_node():
     moves to the third."""
     out = subprocess.run(
         [sys.executable, os.path.join(HERE, "cluster_nodes.py")],
-        capture_output=True, text=True, timeout=540)
+        capture_output=True, text=True, timeout=CLUSTER_SCRIPT + MARGIN)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     result = json.loads(line[-1][len("RESULT "):])
@@ -503,4 +506,4 @@ def test_two_nodes_and_a_lost_node():
     assert result["cause"].startswith(f"WorkerDied: worker {lost}")
     assert second in result["cause"]
     assert result["restarts"] == 1 and result["batches_after"] > 0
-    assert result["detected_s"] < 30
+    assert result["detected_s"] < NODE_LOST

@@ -30,7 +30,7 @@ preload_forkserver(get_context("forkserver"),
                    ("pytest", "envs", "generators", __name__))
 
 # generous bounds: a failure is reported long before them
-from bounds import STEADY as TIMEOUT  # the reason in bounds.py
+from bounds import SCRIPT, STEADY as TIMEOUT  # the reasons in bounds.py
 
 
 # ------------------------------------------------------------ equivalence --
@@ -364,7 +364,7 @@ from rlplay.engine.rollout import multi
 
 if __name__ == "__main__":
     feed = multi.rollout(counting_factory, CountingActor(), 4, 2, 2, 4, 2,
-                         start_method={start_method!r}, timeout=30)
+                         start_method={start_method!r}, timeout={timeout})
     next(feed)
     print(*feed.pids, flush=True)
     cycle = [feed]
@@ -382,9 +382,10 @@ def test_interpreter_exits_without_close(ending, returncode, start_method):
     cycle, so only the exit handler can close it) still exits, ending
     normally or with an error, and leaves no worker behind."""
     script = _EXIT_SCRIPT.format(tests=os.path.dirname(__file__),
-                                 ending=ending, start_method=start_method)
+                                 ending=ending, start_method=start_method,
+                                 timeout=TIMEOUT)
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=SCRIPT)
     assert done.returncode == returncode, done.stderr
     for pid in map(int, done.stdout.split()):
         assert not running(pid), f"worker {pid} outlived the interpreter"

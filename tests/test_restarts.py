@@ -83,7 +83,9 @@ EVAL_AT = 9               # in the evaluator's second evaluation (7..12)
 LOST = (AT - 1) // T      # the seq of the fragment lost
 ENTROPY = 7
 DELAY = 0.05              # restart_delay
-from bounds import STEADY as BOUND, START  # noqa: E402 (bounds.py says why)
+# the bounds (bounds.py says why)
+from bounds import (JOIN, MARGIN, RAY_START, RAY_STEADY,  # noqa: E402
+                    SHUTDOWN, SOAK, STEADY as BOUND, START)
 PLAIN = functools.partial(counting_factory, term_every=TERM)
 # what each fault leaves in the failed worker's last_cause
 CAUSES = {"exit": "exit code 3", "kill": "signal SIGKILL",
@@ -198,7 +200,7 @@ def killer(tmp_path):
         yield killed
     finally:
         stop.set()
-        thread.join(5.0)
+        thread.join(JOIN)
 
 
 def reference(worker, generation, seq, count, n_envs=B):
@@ -263,7 +265,7 @@ def gen_kwargs(start_method, **kwargs):
     ``kwargs``."""
     args = dict(entropy=ENTROPY, start_method=start_method, restarts=2,
                 restart_delay=DELAY, timeout=BOUND, start_timeout=START,
-                shutdown_timeout=2.0)
+                shutdown_timeout=SHUTDOWN)
     args.update(kwargs)
     return args
 
@@ -914,7 +916,7 @@ def _resources(before):
             _live_children(before))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SOAK)
 def test_soak_random_crashes():
     """Three workers whose envs crash at random (about one fragment in 20:
     os._exit, SIGKILL or an exception), never in a generation's first
@@ -930,7 +932,7 @@ def test_soak_random_crashes():
     feed = multi.rollout(factory, CountingActor(), T, n_actors, B, 6, 2,
                          entropy=ENTROPY, start_method="fork",
                          restarts=1000, restart_delay=0.01, timeout=BOUND,
-                         shutdown_timeout=2.0)
+                         shutdown_timeout=SHUTDOWN)
     streams, samples = Streams(n_actors), []
     with feed:
         for k, batch in enumerate(itertools.islice(feed, n_batches)):
