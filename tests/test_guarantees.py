@@ -237,6 +237,39 @@ def test_no_worker_outlives_a_killed_learner(start_method, tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+_EXITING = """
+import os, signal, sys, time
+sys.path.insert(0, {tests!r})
+import torch.nn as nn
+from envs import CountingEnv
+from rlplay.engine import PolicyActor
+from rlplay.engine.rollout import Evaluator, single
+
+if __name__ == "__main__":
+    actor = PolicyActor(nn.Linear(1, 5))
+    feeds = [single.rollout(CountingEnv, actor, 4, 2, start_method=method)
+             for method in ("fork", "forkserver")]
+    pids = [feed.pid for feed in feeds if next(feed)]
+    evaluator = Evaluator(CountingEnv, actor, start_method="forkserver")
+    pids.append(evaluator.pid)
+    print(*pids, flush=True)
+    # leave without closing anything
+"""
+
+
+def test_workers_end_with_a_learner_that_exits_without_closing():
+    """The interpreter exits although nothing was closed (single under
+    fork and forkserver, the evaluator), and leaves no worker behind (a
+    learner killed outright: above)."""
+    code = textwrap.dedent(_EXITING).format(tests=TESTS)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=SCRIPT)
+    assert done.returncode == 0, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 3
+    assert wait_until(lambda: not any(map(running, pids)), FAULT)
+
+
 # ------------------------------------------------------ failures on time --
 
 @pytest.mark.parametrize("kind", ["single", "multi"])
@@ -375,6 +408,19 @@ def test_ctrl_c_while_waiting_breaks_the_generator(kind):
     with pytest.raises(RolloutError) as info:
         later[0]()
     assert info.value is errors[0]
+
+
+def test_a_worker_ignores_ctrl_c():
+    """A terminal sends SIGINT to the whole process group: the learner
+    handles it, the worker carries on until it is closed in order."""
+    feed = single.rollout(CountingEnv, actor_of(), T, 2,
+                          start_method="fork")
+    with closing(feed):
+        next(feed)
+        os.kill(feed.pid, signal.SIGINT)
+        for _ in range(3):
+            next(feed)
+        assert feed.process.is_alive()
 
 
 def test_evaluator_result_timeout_and_bad_timeouts_keep_the_request():

@@ -195,12 +195,6 @@ def test_hx_without_env_dimension_is_refused():
         multi.rollout(counting_factory, WideHxActor(), 4, 1, 3, 2, 1)
 
 
-def test_factory_error_in_the_learner_is_raised_as_is():
-    from envs import failing_factory
-    with pytest.raises(RuntimeError, match="factory failed on purpose"):
-        multi.rollout(failing_factory, CountingActor(), 4, 2, 2, 2, 1)
-
-
 def test_stats_copy_and_closed_iteration():
     feed = multi.rollout(functools.partial(counting_factory, term_every=2),
                          CountingActor(), 4, 2, 2, 4, 2, entropy=3,
