@@ -20,7 +20,8 @@ is installed; conftest's ``ray_cluster``). The faults:
 
 Each case raises the right exception (with the worker's type, message and
 traceback, and where it failed) within a bound: :data:`~bounds.FAULT` once
-the worker had delivered, :data:`~bounds.START` while it starts; a broken
+the worker had delivered, :data:`~bounds.START` while it starts
+(:data:`~bounds.RAY_START` for a Ray actor); a broken
 generator stays broken with the same error; and no child process, no Ray
 actor is left (conftest's autouse fixture). Then a few faults of one kind:
 a factory that fails in the learner, a segfault, a first wait without
@@ -94,11 +95,11 @@ class Column:
         return self.kind if self.method is None else \
             f"{self.kind}-{self.method}"
 
-    def env(self, fault, at=None):
-        """A factory of :class:`~envs.FaultyEnv` with ``fault``, at step
-        ``at`` (by default: once the worker has delivered)."""
+    def env(self, fault):
+        """A factory of :class:`~envs.FaultyEnv` with ``fault``, whose step
+        faults come once the worker has delivered."""
         return functools.partial(
-            FaultyEnv, fault, at=self.late if at is None else at,
+            FaultyEnv, fault, at=self.late,
             term_every=4 if self.kind == "evaluator" else None)
 
     def plain(self):
