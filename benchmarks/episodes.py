@@ -43,6 +43,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import harness  # noqa: E402
 from harness import Row, fmt, median, paired, print_json, stats  # noqa: E402
 from workloads import MLPActor, make_cartpole  # noqa: E402
 
@@ -76,9 +77,9 @@ def run_episodes(seconds):
                       seconds, counts_total=True)
 
 
-def _timed(call, steps, seconds, counts_total=False, warmup=0.5):
+def _timed(call, steps, seconds, counts_total=False):
     tic = time.perf_counter()
-    while time.perf_counter() - tic < warmup:
+    while time.perf_counter() - tic < harness.WARMUP_SECONDS:
         call()
     start = steps() if counts_total else 0
     n, tic = 0, time.perf_counter()
@@ -197,7 +198,13 @@ def main(argv=None):
     parser.add_argument("--episodes", type=int, default=500,
                         help="episodes per dataset recorded")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=float,
+                        default=harness.WARMUP_SECONDS,
+                        help="seconds of warm-up of each multi row before "
+                             "it is timed (default %(default)s); a dry run "
+                             "takes less")
     args = parser.parse_args(argv)
+    harness.WARMUP_SECONDS = args.warmup
     torch.set_num_threads(1)
     rows = [Row("multi/multi.rollout.2x8", run_multi),
             Row("multi/episodes.multi.2x8", run_episodes),

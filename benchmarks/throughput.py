@@ -4,7 +4,8 @@ and ceilings of each workload; ``README.md`` here says what every row,
 floor, ceiling and column measures.
 
     python benchmarks/throughput.py [--json] [--profile] [--rounds 5]
-                                    [--duration 1.5] [--only busy]
+                                    [--duration 1.5] [--warmup 0.5]
+                                    [--only busy]
 
 The default run measures ``cartpole``, ``busy`` and ``vector``; the real
 workloads (``real_workloads.py``: Atari's Pong and MuJoCo's HalfCheetah,
@@ -23,6 +24,7 @@ import gymnasium
 import torch
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
+import harness
 import rlplay
 from analysis import analyse, print_table
 from harness import Row, alternated, measure, print_json, timed
@@ -256,6 +258,11 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5,
                         help="rounds over all rows; a row reports its "
                              "median and min-max (default 5)")
+    parser.add_argument("--warmup", type=float,
+                        default=harness.WARMUP_SECONDS,
+                        help="seconds of warm-up of each row before it is "
+                             "timed (default %(default)s); a dry run takes "
+                             "less")
     parser.add_argument("--only", default="",
                         help="run the rows whose name contains this (or "
                              "any of these, comma-separated); the floors "
@@ -265,8 +272,10 @@ def main(argv=None):
                              "us per env step in the actor, the envs and "
                              "the rest")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.seconds <= 0:
-        parser.error("--rounds must be at least 1 and --duration positive")
+    if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
+        parser.error("--rounds must be at least 1, --duration positive and "
+                     "--warmup not negative")
+    harness.WARMUP_SECONDS = args.warmup
     torch.set_num_threads(1)
     torch.manual_seed(0)
 

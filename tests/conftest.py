@@ -67,7 +67,7 @@ def _children():
 
 # how long one query of Ray's actor table may take (bounds.py says why),
 # and how many are tried
-from bounds import GCS_QUERY as GCS_QUERY_TIMEOUT  # noqa: E402
+from bounds import GCS_QUERY as GCS_QUERY_TIMEOUT, REAPED  # noqa: E402
 GCS_QUERY_TRIES = 2
 
 
@@ -148,7 +148,7 @@ def no_child_left_behind():
     :func:`_ray_actors`), the processes alone are checked."""
     before, actors_before = set(_children()), _ray_actors(strict=False)
     yield
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + REAPED
     while True:
         left = {pid: cmd for pid, cmd in _children().items()
                 if pid not in before}

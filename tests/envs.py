@@ -14,6 +14,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from bounds import JOIN  # the reason in bounds.py
+
 
 class CountingEnv(gymnasium.Env):
     """Observation = steps since reset + 100 * episode index + offset.
@@ -100,13 +102,14 @@ class FaultyEnv(CountingEnv):
 
     ``fault`` is one of ``"reset"`` (raise in reset), ``"step"`` (raise in
     step), ``"exit"`` (``os._exit(3)`` in step), ``"kill"`` (SIGKILL itself
-    in step), ``"segfault"``; the fault happens at step ``at`` (for step
-    faults) of the first episode.
+    in step), ``"segfault"``; a step fault happens at the ``at``-th step
+    since the env was made. Episodes terminate every ``term_every`` steps
+    (``None``: never, so that ``at`` is a step of the first episode).
     """
 
-    def __init__(self, fault, at=3):
-        super().__init__(term_every=None, trunc_at=None)
-        self.fault, self.at = fault, at
+    def __init__(self, fault, at=3, term_every=None):
+        super().__init__(term_every=term_every, trunc_at=None)
+        self.fault, self.at, self.steps = fault, at, 0
 
     def reset(self, *, seed=None, options=None):
         if self.fault == "reset":
@@ -114,7 +117,8 @@ class FaultyEnv(CountingEnv):
         return super().reset(seed=seed, options=options)
 
     def step(self, action):
-        if self.t + 1 >= self.at:
+        self.steps += 1
+        if self.steps >= self.at:
             if self.fault == "step":
                 raise ValueError("step failed on purpose")
             if self.fault == "exit":
@@ -439,7 +443,7 @@ class HelperProcessEnv(CountingEnv):
         if self.helper is not None:
             self.conn.close()
             self.helper.terminate()
-            self.helper.join(5.0)
+            self.helper.join(JOIN)
             self.helper = None
         super().close()
 

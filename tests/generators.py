@@ -3,7 +3,7 @@ each start method (:func:`make`, :data:`METHODS`), a deterministic actor
 (:class:`CountingActor`), comparing fragments and taking collated batches
 apart (:func:`assert_fragments_equal`, :func:`slot`, :func:`identities`),
 and checks on failures and processes (:func:`raises_within`,
-:func:`running`, :func:`gone`).
+:func:`wait_started`, :func:`running`, :func:`gone`).
 
 It lives in an importable module (not conftest) so that worker processes
 started with spawn or forkserver, and Ray's, unpickle its actors by
@@ -23,7 +23,7 @@ from rlplay.engine.rollout import Evaluator, multi, same, single
 __all__ = ["METHODS", "make", "CountingActor", "ActorFailure",
            "RaisingActor", "without_version", "assert_fragments_equal",
            "slot", "fragments_of", "identities", "raises_within",
-           "running", "gone", "RAY_STARTED_BOUND"]
+           "running", "gone", "wait_started", "RAY_STARTED_BOUND"]
 
 # every start method of multiprocessing that the process generators take
 METHODS = ["fork", "forkserver", "spawn"]
@@ -211,6 +211,17 @@ def raises_within(feed, exc_type, bound):
         next(feed)
     assert again.value is info.value
     return info.value
+
+
+def wait_started(feed, bound=RAY_STARTED_BOUND):
+    """Until every Ray actor of a ``cluster`` rollout has started (its
+    ``pids`` name them): a worker that starts first would fill the batches
+    alone meanwhile, holding fewer requests."""
+    deadline = time.monotonic() + bound
+    while None in feed.pids:
+        assert time.monotonic() < deadline, "the workers did not start"
+        feed.poll(timeout=0.05)
+        time.sleep(0.01)
 
 
 def running(pid):

@@ -1,8 +1,10 @@
 """The benchmark scripts still run, and print what their docstrings say.
 
-Each runs briefly in a process of its own (``--json`` where it has it) and
-its output is checked for shape: the rows and keys it promises. No timing
-is asserted: performance is measured by the scripts, never by tests.
+Each runs briefly in a process of its own (``--json`` where it has it),
+with the smallest sizes it takes (a dry run: the numbers mean nothing),
+and its output is checked for shape: the rows and keys it promises. No
+timing is asserted: performance is measured by the scripts, never by
+tests.
 """
 import importlib.util
 import json
@@ -12,11 +14,13 @@ import sys
 
 import pytest
 
+from bounds import BENCHMARK  # the reason in bounds.py
+
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "benchmarks")
 
 
-def run(script, *args, timeout=240):
+def run(script, *args, timeout=BENCHMARK):
     out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script),
                           *args], capture_output=True, text=True,
                          timeout=timeout)
@@ -30,8 +34,8 @@ def json_rows(stdout):
 
 
 def test_throughput_prints_floors_ceilings_and_ratios():
-    rows = json_rows(run("throughput.py", "--json", "--duration", "0.2",
-                         "--rounds", "2", "--only",
+    rows = json_rows(run("throughput.py", "--json", "--duration", "0.05",
+                         "--warmup", "0.05", "--rounds", "2", "--only",
                          "cartpole/hand,cartpole/same.rollout"))
     kinds = {name: row["kind"] for name, row in rows.items()}
     assert kinds == {
@@ -151,8 +155,9 @@ def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
 
 
 def test_throughput_profile_prints_its_parts():
-    out = run("throughput.py", "--profile", "--duration", "0.2",
-              "--rounds", "1", "--only", "cartpole/profile")
+    out = run("throughput.py", "--profile", "--duration", "0.05",
+              "--warmup", "0.05", "--rounds", "1", "--only",
+              "cartpole/profile")
     section = out[out.index("cartpole/profile: us per env step"):]
     for part in ("actor call", "env step + reset", "rest", "as in hand",
                  "rlplay's extra", "whole", "plain row", "instrumentation"):
@@ -160,7 +165,7 @@ def test_throughput_profile_prints_its_parts():
 
 
 def test_overlap_prints_both_rows_with_their_spread():
-    rows = json_rows(run("overlap.py", "--json", "--seconds", "0.3",
+    rows = json_rows(run("overlap.py", "--json", "--seconds", "0.05",
                          "--rounds", "2"))
     assert list(rows) == ["cartpole/same.rollout", "cartpole/single.rollout"]
     for row in rows.values():
@@ -172,8 +177,9 @@ def test_overlap_prints_both_rows_with_their_spread():
 
 
 def test_episodes_prints_its_rows_and_ratios():
-    rows = json_rows(run("episodes.py", "--json", "--seconds", "0.3",
-                         "--rounds", "2", "--episodes", "20"))
+    rows = json_rows(run("episodes.py", "--json", "--seconds", "0.05",
+                         "--warmup", "0.05", "--rounds", "2", "--episodes",
+                         "5"))
     names = ["multi/multi.rollout.2x8", "multi/episodes.multi.2x8",
              "record/episodic.record.multi.2x8",
              "record/minari.DataCollector", "record/ceiling.minari_write"]
@@ -192,7 +198,7 @@ def test_episodes_prints_its_rows_and_ratios():
 
 
 def test_replay_prints_every_library_and_operation():
-    rows = json_rows(run("replay.py", "--json", "--seconds", "0.05",
+    rows = json_rows(run("replay.py", "--json", "--seconds", "0.02",
                          "--rounds", "2", "--capacity", "3000",
                          "--capacity-atari", "1200"))
     ops = ["extend", "sample.uniform", "sample.uniform.n3", "memory",

@@ -1,8 +1,9 @@
 """cluster.rollout on the session's local Ray (conftest's ``ray_cluster``,
 2 CPUs): equivalence with same.rollout, versions and max_lag, sequence
-numbers, the faults (an env raises, an actor's process is killed, an env
-hangs), restarts, shutdown; Ray as an optional dependency; and a cluster
-of two nodes on this host (``cluster_nodes.py``, in a process of its own).
+numbers, arguments and placement; Ray as an optional dependency; and a
+cluster of two nodes on this host (``cluster_nodes.py``, in a process of
+its own). Its faults and shutdown are in test_faults.py's matrix, its
+restarts in test_restarts.py.
 
 The workers are Ray actors that import this directory's modules (envs,
 actors) by reference: the fixture starts Ray with this directory on the
@@ -12,7 +13,6 @@ import functools
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,15 +25,12 @@ from torch import nn
 ray = pytest.importorskip("ray")
 
 from conftest import _ray_actors  # noqa: E402
-from envs import (ENV_INFO, FaultyEnv, StallingEnv,  # noqa: E402
-                  counting_factory, mixed_factory)
-from generators import (RAY_STARTED_BOUND, ActorFailure,  # noqa: E402
-                        CountingActor, RaisingActor, assert_fragments_equal,
-                        identities, make as make_generator, raises_within,
-                        slot, without_version)
+from envs import ENV_INFO, counting_factory, mixed_factory  # noqa: E402
+from generators import (CountingActor, assert_fragments_equal,  # noqa: E402
+                        identities, make as make_generator, slot,
+                        wait_started, without_version)
 from reference import reference  # noqa: E402
-from rlplay.engine import (PolicyActor, RemoteTraceback,  # noqa: E402
-                           RolloutTimeout, WorkerDied, WorkerError)
+from rlplay.engine import PolicyActor  # noqa: E402
 from rlplay.engine.nested import suply  # noqa: E402
 from rlplay.engine.rollout import cluster, same  # noqa: E402
 
@@ -41,36 +38,21 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the bounds of the waits (their reasons in bounds.py)
-from bounds import FAULT as BOUND, RAY_STEADY as STEADY, START  # noqa: E402
+from bounds import (CLUSTER_SCRIPT, FAULT as BOUND, MARGIN,  # noqa: E402
+                    NODE_LOST, RAY_STEADY as STEADY, SCRIPT, SHUTDOWN,
+                    START)
 ENTROPY = 0
 
 
 def make(factory=counting_factory, actor=None, n_actors=2, n_buffers=2,
          n_per_batch=1, **kwargs):
     """``n_actors`` workers of one env each, fragments of 4 steps."""
-    args = dict(timeout=STEADY, start_timeout=START, shutdown_timeout=2.0,
+    args = dict(timeout=STEADY, start_timeout=START, shutdown_timeout=SHUTDOWN,
                 entropy=ENTROPY)
     args.update(kwargs)
     return make_generator("cluster", factory, actor or CountingActor(), 4, 1,
                           n_actors=n_actors, n_buffers=n_buffers,
                           n_per_batch=n_per_batch, **args)
-
-
-def wait_started(feed, bound=RAY_STARTED_BOUND):
-    """Until every worker has started (a worker that starts first would
-    fill the batches alone meanwhile: it holds fewer requests)."""
-    deadline = time.monotonic() + bound
-    while None in feed.pids:
-        assert time.monotonic() < deadline, "the workers did not start"
-        feed.poll(timeout=0.05)
-        time.sleep(0.01)
-
-
-def actors_of(feed):
-    """The rollout's actors that Ray does not know dead."""
-    handles = feed._supervisor._handles.values()
-    ids = {handle._actor_id.hex() for handle in handles}
-    return ids & set(_ray_actors())
 
 
 # ------------------------------------------------------------ equivalence --
@@ -222,179 +204,7 @@ def test_sequence_numbers_have_no_gap_or_duplicate():
     assert set(feed.stats["workers"][0]) >= {"node", "restarts", "lost"}
 
 
-# ------------------------------------------------------------------ faults --
-
-def test_env_raises():
-    feed = make(functools.partial(FaultyEnv, "step", at=10))
-    with feed:
-        next(feed)
-        err = raises_within(feed, WorkerError, BOUND)
-    assert err.exc_type is ValueError and err.worker in (0, 1)
-    assert "step failed on purpose" in str(err)
-    assert isinstance(err.__cause__, RemoteTraceback)
-    assert "FaultyEnv" in err.remote_traceback or "envs.py" in \
-        err.remote_traceback
-    assert "in collect" in str(err)
-
-
-def test_killed_actor_is_reported_within_bound():
-    feed = make()
-    with feed:
-        wait_started(feed)
-        next(feed)
-        pid, node = feed.pids[0], feed.nodes[0]
-        os.kill(pid, signal.SIGKILL)
-        err = raises_within(feed, WorkerDied, BOUND)
-    assert err.worker == 0 and err.node == node and err.exitcode is None
-    assert f"pid {pid}" in str(err) and node in str(err)
-
-
-def test_hung_env_times_out():
-    """Each worker delivers one fragment, then its env hangs: once both
-    have delivered (until then a worker is starting, and ``start_timeout``
-    adds to the bound), next() raises RolloutTimeout after ``timeout`` of
-    no news."""
-    feed = make(StallingEnv, timeout=0.5)
-    accounts = feed.stats["workers"]
-    deadline = time.monotonic() + 2 * START
-    while sum(a["received"] for a in accounts) < 2:
-        assert time.monotonic() < deadline, "the workers did not deliver"
-        feed.poll(timeout=0.1)
-    tic = time.monotonic()
-    with pytest.raises(RolloutTimeout, match="within 0.5 s"):
-        for _ in range(100):
-            next(feed)
-    assert time.monotonic() - tic < 2 * BOUND
-    assert not actors_of(feed)  # killed at once, hung or not
-
-
-@pytest.mark.timeout(2 * RAY_STARTED_BOUND + 60)
-def test_restart_replaces_a_killed_actor():
-    """``restarts=1``: the killed actor's worker gets a new actor (another
-    process), whose fragments go on from the last sequence number received,
-    from resets; the run goes on. ``meta.generation`` is 0 before the
-    restart and 1 (the generation the replacement was started with: its
-    worker's restart count) for the replacement's fragments, which are
-    the reference's of generation 1."""
-    # the replacement is a new Ray actor process (nice 15, importing
-    # torch): its start gets RAY_STARTED_BOUND, here and in the library
-    # (start_timeout); what is checked is the order and the generations
-    # across the restart, not how soon Ray starts a process
-    feed = make(n_buffers=4, n_per_batch=2, restarts=1, restart_delay=0.1,
-                start_timeout=RAY_STARTED_BOUND)
-    seen, fragments = [], {}
-
-    def take(batch):
-        for s, key in enumerate(identities(batch, 2, 1)):
-            seen.append(key)
-            fragments[key] = suply(torch.clone, slot(batch, s, 1, hx_dim=0))
-
-    with feed:
-        wait_started(feed)
-        for batch in itertools.islice(feed, 3):
-            take(batch)
-        old, before = feed.pids[1], len(seen)
-        os.kill(old, signal.SIGKILL)
-        deadline = time.monotonic() + RAY_STARTED_BOUND
-        # until the replacement has delivered three fragments (two more
-        # may be the killed one's, finished before it died)
-        while sum(w == 1 for w, _ in seen[before:]) < 3 + 2:
-            assert time.monotonic() < deadline, "no replacement"
-            take(next(feed))
-        assert feed.pids[1] not in (None, old)
-        stats = feed.stats
-    assert stats["restarts"] == 1
-    account = stats["workers"][1]
-    assert account["restarts"] == 1 and account["lost"] <= 1
-    assert account["last_cause"].startswith("WorkerDied: worker 1")
-    assert len(set(seen)) == len(seen)
-    for w in (0, 1):
-        seqs = [seq for worker, seq in seen if worker == w]
-        assert seqs == sorted(seqs) and seqs[-1] >= 3
-
-    def generation(key):
-        meta = fragments[key].meta
-        assert torch.all(meta.generation == meta.generation[0])
-        return int(meta.generation[0])
-
-    assert all(generation(key) == 0 for key in seen[:before])
-    assert all(generation(key) == 0 for key in seen if key[0] == 0)
-    mine = [key for key in seen if key[0] == 1]
-    generations = [generation(key) for key in mine]
-    # the killed actor's, then the replacement's (at least three)
-    n_old = generations.count(0)
-    assert generations == [0] * n_old + [account["restarts"]] * (
-        len(mine) - n_old)
-    assert len(mine) - n_old >= 3
-    first = mine[n_old][1]  # the replacement's first seq, from resets
-    state = fragments[1, first].state
-    assert torch.all(state.fin[0]) and torch.all(state.stepno[0] == 0)
-    # each fragment, by its seq, is the reference's of its generation
-    old_refs = reference(counting_factory, CountingActor(), 4, 1, ENTROPY,
-                         worker=1, count=first)
-    new_refs = reference(counting_factory, CountingActor(), 4, 1, ENTROPY,
-                         worker=1, count=mine[-1][1] - first + 1,
-                         generation=1, seq=first)
-    for k, (_, seq) in enumerate(mine):
-        ref = old_refs[seq] if k < n_old else new_refs[seq - first]
-        assert_fragments_equal(without_version(fragments[1, seq]),
-                               without_version(ref))
-
-
-@pytest.mark.timeout(2 * RAY_STARTED_BOUND + 60)
-def test_waiting_out_the_restart_delay_is_no_stall():
-    """The only worker's actor is killed and its replacement starts only
-    after ``restart_delay`` > ``timeout``: next() waits for it (then
-    ``start_timeout`` for its start) instead of raising RolloutTimeout."""
-    # the replacement's start gets RAY_STARTED_BOUND (a new Ray actor at nice
-    # 15: under two CPU hogs START was not enough, once); the point is
-    # that restart_delay > timeout is waited out, not how soon Ray starts
-    feed = make(n_actors=1, restarts=1, restart_delay=2.0, timeout=1.0,
-                start_timeout=RAY_STARTED_BOUND)
-    with feed:
-        wait_started(feed)
-        next(feed)
-        old = feed.pids[0]
-        os.kill(old, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0 + RAY_STARTED_BOUND
-        while feed.pids[0] in (None, old):
-            assert time.monotonic() < deadline, "no replacement"
-            next(feed)
-        next(feed)
-        assert feed.stats["restarts"] == 1
-
-
-def test_actor_error_is_not_restarted():
-    feed = make(actor=RaisingActor(), restarts=3, restart_delay=0.1)
-    with feed:
-        next(feed)
-        err = raises_within(feed, WorkerError, BOUND)
-    assert err.exc_type is ActorFailure
-    assert feed.stats["restarts"] == 0
-
-
-# --------------------------------------------------------------- shutdown --
-
-def test_no_actor_alive_after_close():
-    feed = make(n_buffers=4, n_per_batch=2)
-    next(feed)
-    assert len(actors_of(feed)) == 2
-    feed.close()
-    assert not actors_of(feed)  # close() waited until Ray knew them dead
-    with pytest.raises(StopIteration):
-        next(feed)
-    assert feed.params is None
-    feed.close()  # idempotent
-
-
-def test_dropping_the_rollout_kills_its_actors():
-    feed = make()
-    next(feed)
-    ids = actors_of(feed)
-    assert len(ids) == 2
-    del feed  # no close(); no cycle keeps it alive
-    assert not ids & set(_ray_actors())
-
+# --------------------------------------------------------------- arguments --
 
 def test_bad_arguments_fail_up_front():
     with pytest.raises(ValueError, match="n_buffers >= n_per_batch"):
@@ -475,14 +285,15 @@ def test_without_ray_calling_rollout_says_how_to_install():
         "except ImportError as exc:\n"
         "    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=SCRIPT)
     assert out.returncode == 0, out.stderr
     assert "pip install rlplay[cluster]" in out.stdout
 
 
 # -------------------------------------------------------------- two nodes --
 
-@pytest.mark.timeout(600)  # cluster_nodes.py's own DEADLINE is 480 s
+# cluster_nodes.py's own deadline is CLUSTER_SCRIPT
+@pytest.mark.timeout(CLUSTER_SCRIPT + 2 * MARGIN)
 def test_two_nodes_and_a_lost_node():
     """A head node and a second node (``ray start``) on this host, in a
     script of its own (its own Ray driver): the two workers run on distinct
@@ -491,7 +302,7 @@ def test_two_nodes_and_a_lost_node():
     moves to the third."""
     out = subprocess.run(
         [sys.executable, os.path.join(HERE, "cluster_nodes.py")],
-        capture_output=True, text=True, timeout=540)
+        capture_output=True, text=True, timeout=CLUSTER_SCRIPT + MARGIN)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     result = json.loads(line[-1][len("RESULT "):])
@@ -503,4 +314,4 @@ def test_two_nodes_and_a_lost_node():
     assert result["cause"].startswith(f"WorkerDied: worker {lost}")
     assert second in result["cause"]
     assert result["restarts"] == 1 and result["batches_after"] > 0
-    assert result["detected_s"] < 30
+    assert result["detected_s"] < NODE_LOST

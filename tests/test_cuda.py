@@ -18,6 +18,8 @@ from generators import (METHODS, CountingActor, assert_fragments_equal, make,
 from rlplay.engine.nested import flatten
 from rlplay.engine.rollout import multi
 
+from bounds import CUDA_STEADY  # the reason in bounds.py
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs CUDA")
 without_cuda = pytest.mark.skipif(torch.cuda.is_available(),
@@ -29,7 +31,7 @@ def make_kind(kind, start_method=None, **kwargs):
     per batch (the same fragments in every run); ``start_method`` of the
     process generators (``None``: the library's default)."""
     if kind != "same":  # same.rollout has no timeouts
-        kwargs = dict(timeout=30.0, start_method=start_method, **kwargs)
+        kwargs = dict(timeout=CUDA_STEADY, start_method=start_method, **kwargs)
     return make(kind, mixed_factory, CountingActor(), 5, 4, n_actors=1,
                 n_buffers=2, n_per_batch=1, entropy=7, env_info=ENV_INFO,
                 **kwargs)
@@ -100,7 +102,7 @@ def test_multi_collates_on_the_device():
     slot is one worker's fragment (its envs, its sequence number)."""
     B = 3
     feed = multi.rollout(mixed_factory, CountingActor(), 5, 2, B, 4, 2,
-                         entropy=1, device="cuda", timeout=30.0)
+                         entropy=1, device="cuda", timeout=CUDA_STEADY)
     with closing(feed):
         for batch in itertools.islice(feed, 5):
             assert batch.hx.device.type == "cuda"
@@ -160,7 +162,7 @@ def test_cuda_is_never_initialised_in_a_forked_worker(kind):
     torch.zeros(1, device="cuda")  # the learner's CUDA, before the fork
     assert torch.cuda.is_initialized()
     feed = make(kind, mixed_factory, CudaReportingActor(), 5, 4,
-                n_actors=2, entropy=3, timeout=30.0, start_method="fork",
+                n_actors=2, entropy=3, timeout=CUDA_STEADY, start_method="fork",
                 device="cuda")
     with closing(feed):
         for batch in itertools.islice(feed, 6):
@@ -177,7 +179,7 @@ def test_repeated_device_runs_leave_the_device_memory_as_it_was():
     before = torch.cuda.memory_allocated()
     for cycle in range(50):
         feed = multi.rollout(mixed_factory, CountingActor(), 5, 1, 4, 2, 1,
-                             entropy=cycle, device="cuda", timeout=30.0,
+                             entropy=cycle, device="cuda", timeout=CUDA_STEADY,
                              copy=bool(cycle % 2))
         with closing(feed):
             batch = next(feed)

@@ -1,26 +1,25 @@
 """The subprocess evaluator: results, versions, eval mode, seeds, a
-non-blocking protocol, failures and resource hygiene."""
+non-blocking protocol, arguments and resource hygiene (its faults are in
+test_faults.py's matrix, its restarts in test_restarts.py)."""
 import functools
 import gc
 import os
-import signal
-import threading
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from envs import CountingEnv, FaultyEnv
+from envs import CountingEnv
 
 from rlplay.engine import BaseActorModule, evaluate
 from rlplay.engine.envs import make_envs
 from rlplay.engine.seeds import env_seed_sequences, seed_sequence
 from rlplay.engine.rollout import Evaluation, Evaluator
 from rlplay.engine.rollout.evaluate import EVAL_COLLECTOR
-from rlplay.engine import RolloutTimeout, WorkerDied, WorkerError
+from rlplay.engine import RolloutTimeout, WorkerError
 
-from bounds import FAULT as BOUND  # the reason in bounds.py
+from bounds import FAULT as BOUND, START  # the reasons in bounds.py
 
 
 class ShiftActor(BaseActorModule):
@@ -137,68 +136,6 @@ def test_submit_does_not_wait():
         os.close(write_fd)
 
 
-def _failure(evaluator, actor, exc_type):
-    # the evaluator waits BOUND (after its start-up): a report that did
-    # not come in time would be a RolloutTimeout
-    with pytest.raises(exc_type) as info:
-        evaluator.submit(actor)  # may already raise
-        evaluator.result()
-    with pytest.raises(exc_type) as again:  # closed, and says why again
-        evaluator.poll()
-    assert again.value is info.value
-    evaluator.close()
-    evaluator.close()
-    return info.value
-
-
-def failing_factory():
-    raise RuntimeError("evaluator factory failed")
-
-
-@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
-def test_factory_fails(start_method):
-    actor = ShiftActor()
-    err = _failure(Evaluator(failing_factory, actor, timeout=BOUND,
-                             start_method=start_method), actor, WorkerError)
-    assert err.type_name == "builtins.RuntimeError"
-    assert err.exc_type is RuntimeError
-    assert "evaluator factory failed" in err.remote_traceback
-    assert "in the factory" in str(err)
-
-
-def test_lambda_factory_fails_spawn():
-    actor = ShiftActor()
-    factory = lambda: FaultyEnv("step", at=1)  # noqa: E731
-    err = _failure(Evaluator(factory, actor, start_method="spawn",
-                             timeout=BOUND), actor, WorkerError)
-    assert err.exc_type is ValueError
-    assert "step failed on purpose" in err.remote_traceback
-    assert "in step" in err.remote_traceback
-
-
-@pytest.mark.parametrize("fault, exitcode", [
-    ("exit", 3), ("kill", -signal.SIGKILL)])
-def test_silent_death(fault, exitcode):
-    actor = ShiftActor()
-    factory = functools.partial(FaultyEnv, fault, at=2)
-    err = _failure(Evaluator(factory, actor, start_method="forkserver",
-                             timeout=BOUND), actor, WorkerDied)
-    assert err.exitcode == exitcode
-
-
-def test_killed_while_idle():
-    actor = ShiftActor()
-    evaluator = Evaluator(term4, actor, start_method="fork")
-    evaluator.submit(actor)
-    evaluator.result()
-    os.kill(evaluator.pid, signal.SIGKILL)
-    evaluator.process.join(BOUND)
-    with pytest.raises(WorkerDied, match="SIGKILL"):
-        evaluator.poll()
-    with pytest.raises(WorkerDied):
-        evaluator.submit(actor)
-
-
 def test_bad_arguments():
     actor = ShiftActor()
     with pytest.raises(ValueError, match="n_episodes"):
@@ -235,41 +172,9 @@ def test_numpy_counts_are_accepted():
     with Evaluator(term4, actor, n_envs=np.int64(2),
                    n_episodes=np.int64(3), start_method="fork") as evaluator:
         evaluator.submit(actor)
-        assert evaluator.result(timeout=60).returns.shape == (3,)
+        assert evaluator.result(timeout=START).returns.shape == (3,)
     with pytest.raises(TypeError, match="n_episodes must be an int"):
         Evaluator(term4, actor, n_episodes=2.0)
-
-
-def test_death_while_publishing_closes_the_evaluator():
-    """The worker dies while submit() waits for the parameters' lock (held
-    here by another thread): the evaluator is closed, and says why again."""
-    actor = ShiftActor()
-    evaluator = Evaluator(term4, actor, start_method="fork")
-    lock = evaluator.params._version.get_lock()
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with lock:
-            held.set()
-            release.wait(BOUND)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        held.wait(BOUND)
-        killer = threading.Timer(
-            0.3, os.kill, (evaluator.pid, signal.SIGKILL))
-        killer.start()
-        with pytest.raises(WorkerDied, match="the parameter lock") as info:
-            evaluator.submit(actor)
-        killer.join()
-    finally:
-        release.set()
-        holder.join()
-    with pytest.raises(WorkerDied) as again:
-        evaluator.poll()
-    assert again.value is info.value
-    assert not os.path.exists(f"/proc/{evaluator.pid}")  # joined, reaped
 
 
 def test_no_leaks():

@@ -54,9 +54,10 @@ preload_forkserver(get_context("forkserver"), ("envs",))
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 T = 4
-# generous bounds for what the tests do not time: a spawned worker imports
-# torch on a busy two-core machine
-from bounds import START  # the reason in bounds.py
+# the bounds: backstops for what the tests do not time, and the guarantees
+# that they check (bounds.py says why)
+from bounds import (DEMO, FAULT, JOIN, LEFT_OVER, ORPHANED,  # noqa: E402
+                    SCRIPT, START, STEADY)
 
 
 # ----------------------------------------------------------------- helpers --
@@ -211,27 +212,62 @@ def test_no_worker_outlives_a_killed_learner(start_method, tmp_path):
                     for kind, pids in workers.items() if
                     any(map(running, pids))}
 
-        wait_until(lambda: not alive(), 2.0)
+        wait_until(lambda: not alive(), ORPHANED)
         left = alive()
-        assert not left, f"workers still running 2 s after the learner " \
-                         f"died: {left}"
-        learner.wait(5.0)
+        assert not left, f"workers still running {ORPHANED} s after the " \
+                         f"learner died: {left}"
+        learner.wait(JOIN)
 
         def cleaned():
             return not any(map(running, started)) and not named(sems)
 
-        wait_until(cleaned, 5.0)
+        wait_until(cleaned, LEFT_OVER)
         assert not [p for p in started if running(p)], \
-            "processes of the learner still running 5 s after its death"
+            f"processes of the learner still running {LEFT_OVER} s after " \
+            f"its death"
         assert not named(sems), \
-            "named semaphores left in /dev/shm 5 s after the learner died"
+            f"named semaphores left in /dev/shm {LEFT_OVER} s after the " \
+            f"learner died"
     finally:
         if learner.poll() is None:
             learner.kill()
-            learner.wait(5.0)
+            learner.wait(JOIN)
         for pid in {p for pids in workers.values() for p in pids}:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+_EXITING = """
+import os, signal, sys, time
+sys.path.insert(0, {tests!r})
+import torch.nn as nn
+from envs import CountingEnv
+from rlplay.engine import PolicyActor
+from rlplay.engine.rollout import Evaluator, single
+
+if __name__ == "__main__":
+    actor = PolicyActor(nn.Linear(1, 5))
+    feeds = [single.rollout(CountingEnv, actor, 4, 2, start_method=method)
+             for method in ("fork", "forkserver")]
+    pids = [feed.pid for feed in feeds if next(feed)]
+    evaluator = Evaluator(CountingEnv, actor, start_method="forkserver")
+    pids.append(evaluator.pid)
+    print(*pids, flush=True)
+    # leave without closing anything
+"""
+
+
+def test_workers_end_with_a_learner_that_exits_without_closing():
+    """The interpreter exits although nothing was closed (single under
+    fork and forkserver, the evaluator), and leaves no worker behind (a
+    learner killed outright: above)."""
+    code = textwrap.dedent(_EXITING).format(tests=TESTS)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=SCRIPT)
+    assert done.returncode == 0, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 3
+    assert wait_until(lambda: not any(map(running, pids)), FAULT)
 
 
 # ------------------------------------------------------ failures on time --
@@ -268,7 +304,7 @@ def test_a_worker_error_arrives_at_once_under_spawn(kind):
         factory = functools.partial(LateErrorEnv, at=T + 2)
     else:
         factory = functools.partial(LateErrorEnv, at=2, stall_others_at=1)
-    feed = make(kind, factory, "spawn", timeout=30.0, start_timeout=START)
+    feed = make(kind, factory, "spawn", timeout=STEADY, start_timeout=START)
     with closing(feed):
         if kind == "single":
             next(feed)
@@ -300,7 +336,7 @@ def test_multi_first_batch_times_out_within_timeout_plus_start_timeout(lock):
     with closing(feed):
         if lock == "held":
             holder.start()
-            assert held.wait(10.0)
+            assert held.wait(JOIN)
         try:
             tic = time.monotonic()
             with pytest.raises(RolloutTimeout):
@@ -309,7 +345,7 @@ def test_multi_first_batch_times_out_within_timeout_plus_start_timeout(lock):
         finally:
             release.set()
             if holder.is_alive():
-                holder.join(10.0)
+                holder.join(JOIN)
     assert 2.0 <= elapsed < 3.0
 
 
@@ -334,13 +370,13 @@ def test_ctrl_c_while_waiting_breaks_the_generator(kind):
     actor = actor_of()
     if kind == "evaluator":
         gen = make(kind, functools.partial(StallEnv, at=1), actor=actor,
-                   timeout=30.0, shutdown_timeout=10.0)
+                   timeout=STEADY, shutdown_timeout=10.0)
         gen.submit(actor)
         wait, later = gen.result, [gen.result, gen.poll,
                                    functools.partial(gen.submit, actor)]
     else:  # the envs stall once the first batch was delivered
         gen = make(kind, functools.partial(StallEnv, at=T + 1), actor=actor,
-                   timeout=30.0, shutdown_timeout=10.0)
+                   timeout=STEADY, shutdown_timeout=10.0)
         next(gen)
         wait = functools.partial(next, gen)
         later = [wait, wait]
@@ -374,6 +410,19 @@ def test_ctrl_c_while_waiting_breaks_the_generator(kind):
     assert info.value is errors[0]
 
 
+def test_a_worker_ignores_ctrl_c():
+    """A terminal sends SIGINT to the whole process group: the learner
+    handles it, the worker carries on until it is closed in order."""
+    feed = single.rollout(CountingEnv, actor_of(), T, 2,
+                          start_method="fork")
+    with closing(feed):
+        next(feed)
+        os.kill(feed.pid, signal.SIGINT)
+        for _ in range(3):
+            next(feed)
+        assert feed.process.is_alive()
+
+
 def test_evaluator_result_timeout_and_bad_timeouts_keep_the_request():
     """The rule's one exception: result(timeout=) running out leaves the
     request outstanding; so do bad timeouts (refused up front). The
@@ -389,10 +438,10 @@ def test_evaluator_result_timeout_and_bad_timeouts_keep_the_request():
         with pytest.raises(RolloutTimeout):
             evaluator.result(timeout=0.1)
         assert evaluator.pending
-        result = evaluator.result(timeout=60.0)
+        result = evaluator.result(timeout=START)
         assert result.version == version and result.lengths.tolist() == [2]
         assert evaluator.submit(actor) == version + 1
-        assert evaluator.result(timeout=60.0).version == version + 1
+        assert evaluator.result(timeout=STEADY).version == version + 1
 
 
 # ----------------------------------------------- bad arguments, up front --
@@ -463,7 +512,7 @@ def test_submit_refuses_an_actor_of_another_architecture():
             assert all(torch.equal(t, s) for t, s in
                        zip(evaluator.params.tensors, shared))
         assert evaluator.submit(actor) == 1  # the first publication
-        result = evaluator.result(timeout=60.0)
+        result = evaluator.result(timeout=START)
         assert result.version == 1 and result.returns.shape == (1,)
 
 
@@ -478,7 +527,7 @@ def test_an_env_may_start_processes_of_its_own(kind, start_method,
     workers nor those children outlive close()."""
     factory = functools.partial(HelperProcessEnv, start_method,
                                 str(tmp_path))
-    feed = make(kind, factory, start_method, timeout=60.0,
+    feed = make(kind, factory, start_method, timeout=STEADY,
                 start_timeout=START)
     with closing(feed):
         for _ in range(3):
@@ -534,7 +583,7 @@ def test_close_unlinks_the_named_semaphores_of_a_live_generator(kind):
     with closing(feed):
         if kind == "evaluator":
             feed.submit(actor_of())
-            feed.result(timeout=60)
+            feed.result(timeout=START)
         else:
             next(feed)
         ours = semaphores(os.getpid()) - before
@@ -554,7 +603,8 @@ from rlplay.engine.rollout import single
 
 feed = single.rollout(functools.partial(gymnasium.make, "CartPole-v1"),
                       PolicyActor(nn.Linear(4, 2)), 4, 1,
-                      start_method={method!r}, timeout=30, start_timeout=60)
+                      start_method={method!r}, timeout={timeout},
+                      start_timeout={start_timeout})
 try:
     next(feed)
 except WorkerDied as exc:
@@ -569,9 +619,9 @@ def test_a_script_without_the_main_guard_is_told_why(start_method,
                                                      tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent(_UNGUARDED).format(
-        method=start_method))
+        method=start_method, timeout=STEADY, start_timeout=START))
     done = subprocess.run([sys.executable, str(script)], capture_output=True,
-                          text=True, timeout=180, cwd=tmp_path)
+                          text=True, timeout=SCRIPT, cwd=tmp_path)
     caught = [line for line in done.stdout.splitlines()
               if line.startswith("caught WorkerDied:")]
     assert caught, (done.stdout, done.stderr)
@@ -583,7 +633,7 @@ def test_a_script_without_the_main_guard_is_told_why(start_method,
 
 def test_the_demo_learns_cartpole():
     done = subprocess.run([sys.executable, "-m", "rlplay.demo"],
-                          capture_output=True, text=True, timeout=300,
+                          capture_output=True, text=True, timeout=DEMO,
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.search(r"^evaluation return: (\S+) \+- \S+ over \d+ greedy "

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bounds import SCRIPT  # the reason in bounds.py
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None,
@@ -31,7 +33,7 @@ def _name(requirement):
 def _installs(target, venv):
     """The pip install lines that ``make target`` would run."""
     done = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=SCRIPT)
     assert done.returncode == 0, done.stderr
     return [line for line in done.stdout.splitlines() if "pip install" in line]
 

@@ -20,7 +20,7 @@ README = ROOT / "README.md"
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 N_BATCHES, EVERY, KILL_AFTER = 30, 5, 10
-from bounds import LONG_RUN_PART as BOUND  # noqa: E402 (bounds.py says why)
+from bounds import JOIN, LONG_RUN_PART as BOUND  # noqa: E402 (bounds.py says why)
 LINE = re.compile(r"batch (\d+) seq (\d+) evaluation ([\d.]+)")
 
 
@@ -71,7 +71,7 @@ def test_the_long_run_survives_kill_9(tmp_path):
     assert process.returncode == -signal.SIGKILL
     assert workers  # its rollout worker and evaluator were running
     # a worker never outlives its learner
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + JOIN
     while any(_alive(pid) for pid in workers):
         assert time.monotonic() < deadline, "a worker outlived the script"
         time.sleep(0.1)

@@ -16,6 +16,8 @@ import torch
 from rlplay.engine.nested import (StructureError, check_structure, flatten,
                                   getitem, setitem, suply, tuply)
 
+from bounds import SCRIPT  # the reason in bounds.py
+
 Point = namedtuple("Point", "x y")
 State = namedtuple("State", "stepno obs act rew fin")
 
@@ -422,7 +424,7 @@ def test_deep_structures_do_not_crash_a_fresh_interpreter():
         print("alive")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=SCRIPT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["mismatch:", "TypeError", "alive"]
 

@@ -21,7 +21,7 @@ from rlplay.engine.seeds import env_seed_sequences, reset_seed
 from rlplay.engine.rollout import multi, single
 from generators import RAY_STARTED_BOUND, CountingActor, identities
 
-from bounds import STEADY as BOUND, START  # the reasons in bounds.py
+from bounds import MARGIN, STEADY as BOUND, START  # the reasons in bounds.py
 
 
 class OrderEnv(CountingEnv):
@@ -112,7 +112,7 @@ def test_single_in_order_across_restarts(tmp_path, start_method):
     assert [seq for _, seq in seen] == list(range(12))  # lag 1, no gap
 
 
-@pytest.mark.timeout(REPLACEMENT_BOUND + 120)
+@pytest.mark.timeout(REPLACEMENT_BOUND + 2 * MARGIN)
 @pytest.mark.parametrize("start_method", ["fork", "forkserver"])
 def test_multi_in_order_slow_and_fast_workers(tmp_path, start_method):
     """A fast worker and a slow one, six buffers, three fragments per
@@ -135,7 +135,7 @@ def test_multi_in_order_slow_and_fast_workers(tmp_path, start_method):
     assert {w for w, _ in seen} == {0, 1}
 
 
-@pytest.mark.timeout(RAY_STARTED_BOUND + REPLACEMENT_BOUND + 120)
+@pytest.mark.timeout(RAY_STARTED_BOUND + REPLACEMENT_BOUND + 2 * MARGIN)
 def test_cluster_in_order_slow_and_fast_workers(ray_cluster, tmp_path):
     """As for multi, on the session's local Ray."""
     from rlplay.engine.rollout import cluster
@@ -152,7 +152,7 @@ def test_cluster_in_order_slow_and_fast_workers(ray_cluster, tmp_path):
     assert {w for w, _ in seen} == {0, 1}
 
 
-@pytest.mark.timeout(RAY_STARTED_BOUND + 120)
+@pytest.mark.timeout(RAY_STARTED_BOUND + 2 * MARGIN)
 def test_cluster_in_order_when_ray_reports_calls_out_of_order(
         ray_cluster, monkeypatch):
     """Ray does not promise that the results of one actor's calls become

@@ -11,6 +11,8 @@ from rlplay.engine import RolloutTimeout, WorkerDied
 from rlplay.engine.rollout._params import SharedParams
 from rlplay.engine.utils import bounded_acquire, get_context
 
+from bounds import JOIN  # the reason in bounds.py
+
 
 def _hold_lock_and_die(params, conn):
     params._version.get_lock().acquire()
@@ -46,7 +48,7 @@ def test_publish_reports_a_holder_that_died_instead_of_hanging(start_method):
     proc.start()
     try:
         assert here.recv() == "holding"
-        proc.join(10)
+        proc.join(JOIN)
         assert proc.exitcode == -signal.SIGKILL
 
         def check():
@@ -56,7 +58,7 @@ def test_publish_reports_a_holder_that_died_instead_of_hanging(start_method):
         with pytest.raises(WorkerDied):
             params.publish(nn.Linear(3, 2), check=check)
     finally:
-        proc.join(1)
+        proc.join(JOIN)
         if proc.is_alive():
             proc.kill()
             proc.join()

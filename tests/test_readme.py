@@ -34,7 +34,7 @@ BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
 NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
          "import simple_spread": "mpe2"}
 # a bound on one block (bounds.py says why)
-from bounds import README_BLOCK as BOUND  # noqa: E402
+from bounds import MARGIN, README_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there
 HIDDEN = "tqdm"
 
@@ -68,7 +68,7 @@ def _plain(tmp_path):
     return hide
 
 
-@pytest.mark.timeout(BOUND + 60)
+@pytest.mark.timeout(BOUND + MARGIN)
 @pytest.mark.parametrize("kind, said, code", BLOCKS)
 def test_block_runs_as_written(kind, said, code, tmp_path):
     if kind == "not run":

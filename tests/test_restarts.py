@@ -1,5 +1,5 @@
 """Restarts of failed workers (``restarts=``, ``restart_delay=``) in
-``single``, ``multi`` and the ``Evaluator``.
+``single``, ``multi``, the ``Evaluator`` and ``cluster``.
 
 Each fault happens a set number of times in a run, at a known step of a
 known worker, whichever process gets there first: a
@@ -17,7 +17,8 @@ worker 0 (in its second fragment), or step 9 of the evaluator's worker
   is called with a seed of generation 1 (the engine passes ``seed=``), so
   that generation 2 delivers.
 
-With ``restarts=2``, under fork, forkserver and spawn, each fragment
+With ``restarts=2``, under fork and forkserver (under spawn: the factory's
+fault), each fragment
 delivered is checked against the one collected here with the core loop
 alone from the seeds of the generation that collected it
 (:func:`reference`): before the failure, those of generation 0; after it,
@@ -30,13 +31,16 @@ shows in the statistics; ``single`` keeps a lag of exactly 1. The
 evaluator's results are checked the same way.
 
 Then, under fork: ``restarts=0`` raises as without restarts; the actor's
-errors and rlplay's own checks are never restarted; crash loops raise at
-once; a spent budget raises with the count; the same failures give the
-same run; a replacement loads the latest parameters; a worker killed
-holding the parameters' lock does not wedge the run (``multi`` under all
-three methods); waiting out
-``restart_delay`` is no stall. And a soak: 200 batches over envs that
-crash at random, every fragment checked, no resource growing.
+errors (in ``cluster`` too) and rlplay's own checks are never restarted;
+crash loops raise at once; a spent budget raises with the count; the same
+failures give the same run; a replacement loads the latest parameters; a
+worker killed holding the parameters' lock does not wedge the run
+(``multi`` under fork and forkserver, whose lock is a named semaphore as
+under spawn); waiting out ``restart_delay`` is no stall. In ``cluster``:
+a killed Ray actor is replaced by a new one whose fragments are the
+reference's of its generation, and waiting out ``restart_delay`` is no
+stall there either. And a soak: 200 batches over envs that crash at
+random, every fragment checked, no resource growing.
 
 No child process is left (conftest's fixture) and no shared memory either
 (:func:`no_shm_left`, here).
@@ -58,9 +62,9 @@ import torch
 from envs import (CountingEnv, counting_factory, flaky_factory, claim,
                   in_worker, random_crash_factory)
 from procs import children as _direct_children
-from generators import (METHODS, ActorFailure, CountingActor, RaisesAfter,
-                        assert_fragments_equal,
-                        identities, make as make_generator, slot,
+from generators import (ActorFailure, CountingActor, RaisesAfter,
+                        assert_fragments_equal, identities,
+                        make as make_generator, slot, wait_started,
                         without_version)
 from reference import reference as core_reference
 from rlplay.engine import WorkerDied, WorkerError, evaluate
@@ -83,7 +87,9 @@ EVAL_AT = 9               # in the evaluator's second evaluation (7..12)
 LOST = (AT - 1) // T      # the seq of the fragment lost
 ENTROPY = 7
 DELAY = 0.05              # restart_delay
-from bounds import STEADY as BOUND, START  # noqa: E402 (bounds.py says why)
+# the bounds (bounds.py says why)
+from bounds import (JOIN, MARGIN, RAY_START, RAY_STEADY,  # noqa: E402
+                    SHUTDOWN, SOAK, STEADY as BOUND, START)
 PLAIN = functools.partial(counting_factory, term_every=TERM)
 # what each fault leaves in the failed worker's last_cause
 CAUSES = {"exit": "exit code 3", "kill": "signal SIGKILL",
@@ -119,11 +125,17 @@ def _heap_arena(path):
 
 
 @pytest.fixture(autouse=True)
-def no_shm_left(monkeypatch):
+def no_shm_left(monkeypatch, request):
     """Fail a test that leaves a shared-memory segment behind (once the
     generators it made are closed and collected): in this process's
     footprint, or a named semaphore it made (``sem.mp-*``: named, under
-    spawn and forkserver, until the lock is collected)."""
+    spawn and forkserver, until the lock is collected). A test of
+    ``cluster`` joins the session's Ray before the footprint is taken
+    (Ray's object store stays mapped for the session)."""
+    callspec = getattr(request.node, "callspec", None)
+    if "ray_cluster" in request.fixturenames or (
+            callspec is not None and callspec.params.get("kind") == "cluster"):
+        request.getfixturevalue("ray_cluster")
     made, init = [], multiprocessing.synchronize.SemLock.__init__
 
     def spy(self, *args, **kwargs):
@@ -198,7 +210,7 @@ def killer(tmp_path):
         yield killed
     finally:
         stop.set()
-        thread.join(5.0)
+        thread.join(JOIN)
 
 
 def reference(worker, generation, seq, count, n_envs=B):
@@ -263,7 +275,7 @@ def gen_kwargs(start_method, **kwargs):
     ``kwargs``."""
     args = dict(entropy=ENTROPY, start_method=start_method, restarts=2,
                 restart_delay=DELAY, timeout=BOUND, start_timeout=START,
-                shutdown_timeout=2.0)
+                shutdown_timeout=SHUTDOWN)
     args.update(kwargs)
     return args
 
@@ -281,6 +293,19 @@ def make_multi(factory, start_method="fork", actor=None, **kwargs):
 def make_single(factory, start_method="fork", actor=None, **kwargs):
     return make_generator("single", factory, actor or CountingActor(), T, B,
                           **gen_kwargs(start_method, **kwargs))
+
+
+def make_ray(factory, start_method=None, actor=None, n_actors=2,
+             n_buffers=4, n_per_batch=2, n_envs=B, **kwargs):
+    """``cluster``, on the session's local Ray: two Ray actors of ``B``
+    envs, two buffers each, two fragments a batch (Ray starts the actors:
+    ``start_method`` is left out); the bounds of Ray's actors."""
+    args = gen_kwargs(None, timeout=RAY_STEADY, start_timeout=RAY_START)
+    del args["start_method"]
+    args.update(kwargs)
+    return make_generator("cluster", factory, actor or CountingActor(), T,
+                          n_envs, n_actors=n_actors, n_buffers=n_buffers,
+                          n_per_batch=n_per_batch, **args)
 
 
 def make_evaluator(factory, start_method="fork", actor=None, **kwargs):
@@ -395,8 +420,16 @@ def check_evaluations(results, generation):
 
 # ------------------------------------ the run goes on: fork, forkserver, spawn
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("start_method", METHODS)
+# every fault under fork and forkserver; under spawn, whose replacements
+# differ only in how they start (a fresh interpreter that unpickles the
+# worker's spec and imports torch, seconds each on a 2-core machine), one:
+# the factory's, whose run starts two spawned replacements, the first of
+# which fails in its factory
+SURVIVES = [(method, fault) for method in ("fork", "forkserver")
+            for fault in FAULTS] + [("spawn", "factory")]
+
+
+@pytest.mark.parametrize("start_method, fault", SURVIVES)
 def test_multi_survives(tmp_path, start_method, fault):
     factory, generation = fault_factory(tmp_path, fault)
     feed = make_multi(factory, start_method)
@@ -411,8 +444,7 @@ def test_multi_survives(tmp_path, start_method, fault):
         check_account(account, 0, None)
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("start_method", METHODS)
+@pytest.mark.parametrize("start_method, fault", SURVIVES)
 def test_single_survives(tmp_path, start_method, fault):
     factory, generation = fault_factory(tmp_path, fault)
     feed = make_single(factory, start_method)
@@ -424,8 +456,7 @@ def test_single_survives(tmp_path, start_method, fault):
     check_single(fragments, generation)
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("start_method", METHODS)
+@pytest.mark.parametrize("start_method, fault", SURVIVES)
 def test_evaluator_survives(tmp_path, start_method, fault):
     factory, generation = fault_factory(tmp_path, fault, at=EVAL_AT,
                                         collector=EVAL_COLLECTOR)
@@ -550,11 +581,13 @@ def test_no_restarts_raises_as_before(tmp_path, kind, fault):
                   CAUSES["exit" if fault == "factory" else fault])
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + ["cluster"])
 def test_actor_errors_are_never_restarted(kind):
-    feed = MAKERS[kind](PLAIN, "fork", RaisingActor(), restarts=5)
+    maker = make_ray if kind == "cluster" else MAKERS[kind]
+    feed = maker(PLAIN, "fork", RaisingActor(), restarts=5)
     with feed:
-        err = fails(kind, feed, WorkerError)
+        err = fails(kind, feed, WorkerError,
+                    RAY_START if kind == "cluster" else START)
     assert err.exc_type is ActorFailure and "after" not in str(err)
     check_restarts(feed, 0)
 
@@ -754,9 +787,9 @@ def recoveries(monkeypatch):
     return calls
 
 
+# under forkserver the lock is a named semaphore, as under spawn
 @pytest.mark.parametrize("kind, start_method", [
-    ("multi", "fork"), ("multi", "forkserver"), ("multi", "spawn"),
-    ("single", "fork")])
+    ("multi", "fork"), ("multi", "forkserver"), ("single", "fork")])
 def test_killed_holding_the_lock(tmp_path, recoveries, kind, start_method):
     actor = LockKillingActor(str(tmp_path / "killed"))
     feed = MAKERS[kind](PLAIN, start_method, actor)
@@ -830,6 +863,105 @@ def test_evaluator_killed_while_idle():
     account = evaluator.stats["workers"][0]
     assert account["lost"] == 0 and "signal SIGKILL" in \
         account["last_cause"]
+
+
+# ------------------------------------------------ cluster: a new Ray actor --
+
+@pytest.mark.timeout(2 * RAY_START + MARGIN)
+def test_cluster_replaces_a_killed_actor(ray_cluster):
+    """``restarts=1``: the killed actor's worker gets a new actor (another
+    process), whose fragments go on from the last sequence number received,
+    from resets; the run goes on. ``meta.generation`` is 0 before the
+    restart and 1 (the generation the replacement was started with: its
+    worker's restart count) for the replacement's fragments, which are
+    the reference's of generation 1."""
+    # the replacement is a new Ray actor process (nice 15, importing
+    # torch): its start gets RAY_START, here and in the library
+    # (start_timeout); what is checked is the order and the generations
+    # across the restart, not how soon Ray starts a process
+    feed = make_ray(counting_factory, n_envs=1, entropy=0, restarts=1,
+                    restart_delay=0.1, timeout=RAY_STEADY)
+    seen, fragments = [], {}
+
+    def take(batch):
+        for s, key in enumerate(identities(batch, 2, 1)):
+            seen.append(key)
+            fragments[key] = suply(torch.clone, slot(batch, s, 1, hx_dim=0))
+
+    with feed:
+        wait_started(feed)
+        for batch in itertools.islice(feed, 3):
+            take(batch)
+        old, before = feed.pids[1], len(seen)
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + RAY_START
+        # until the replacement has delivered three fragments (two more
+        # may be the killed one's, finished before it died)
+        while sum(w == 1 for w, _ in seen[before:]) < 3 + 2:
+            assert time.monotonic() < deadline, "no replacement"
+            take(next(feed))
+        assert feed.pids[1] not in (None, old)
+        stats = feed.stats
+    assert stats["restarts"] == 1
+    account = stats["workers"][1]
+    assert account["restarts"] == 1 and account["lost"] <= 1
+    assert account["last_cause"].startswith("WorkerDied: worker 1")
+    assert len(set(seen)) == len(seen)
+    for w in (0, 1):
+        seqs = [seq for worker, seq in seen if worker == w]
+        assert seqs == sorted(seqs) and seqs[-1] >= 3
+
+    def generation(key):
+        meta = fragments[key].meta
+        assert torch.all(meta.generation == meta.generation[0])
+        return int(meta.generation[0])
+
+    assert all(generation(key) == 0 for key in seen[:before])
+    assert all(generation(key) == 0 for key in seen if key[0] == 0)
+    mine = [key for key in seen if key[0] == 1]
+    generations = [generation(key) for key in mine]
+    # the killed actor's, then the replacement's (at least three)
+    n_old = generations.count(0)
+    assert generations == [0] * n_old + [account["restarts"]] * (
+        len(mine) - n_old)
+    assert len(mine) - n_old >= 3
+    first = mine[n_old][1]  # the replacement's first seq, from resets
+    state = fragments[1, first].state
+    assert torch.all(state.fin[0]) and torch.all(state.stepno[0] == 0)
+    # each fragment, by its seq, is the reference's of its generation
+    old_refs = core_reference(counting_factory, CountingActor(), T, 1, 0,
+                              worker=1, count=first)
+    new_refs = core_reference(counting_factory, CountingActor(), T, 1, 0,
+                              worker=1, count=mine[-1][1] - first + 1,
+                              generation=1, seq=first)
+    for k, (_, seq) in enumerate(mine):
+        ref = old_refs[seq] if k < n_old else new_refs[seq - first]
+        assert_fragments_equal(without_version(fragments[1, seq]),
+                               without_version(ref))
+
+
+@pytest.mark.timeout(2 * RAY_START + MARGIN)
+def test_cluster_waits_out_the_restart_delay(ray_cluster):
+    """The only worker's actor is killed and its replacement starts only
+    after ``restart_delay`` > ``timeout``: next() waits for it (then
+    ``start_timeout`` for its start) instead of raising RolloutTimeout."""
+    # the replacement's start gets RAY_START (a new Ray actor at nice
+    # 15: under two CPU hogs START was not enough, once); the point is
+    # that restart_delay > timeout is waited out, not how soon Ray starts
+    feed = make_ray(counting_factory, n_actors=1, n_buffers=2,
+                    n_per_batch=1, n_envs=1, entropy=0, restarts=1,
+                    restart_delay=2.0, timeout=1.0)
+    with feed:
+        wait_started(feed)
+        next(feed)
+        old = feed.pids[0]
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0 + RAY_START
+        while feed.pids[0] in (None, old):
+            assert time.monotonic() < deadline, "no replacement"
+            next(feed)
+        next(feed)
+        assert feed.stats["restarts"] == 1
 
 
 # ------------------------------------------------------------------- soak --
@@ -914,7 +1046,7 @@ def _resources(before):
             _live_children(before))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SOAK)
 def test_soak_random_crashes():
     """Three workers whose envs crash at random (about one fragment in 20:
     os._exit, SIGKILL or an exception), never in a generation's first
@@ -930,7 +1062,7 @@ def test_soak_random_crashes():
     feed = multi.rollout(factory, CountingActor(), T, n_actors, B, 6, 2,
                          entropy=ENTROPY, start_method="fork",
                          restarts=1000, restart_delay=0.01, timeout=BOUND,
-                         shutdown_timeout=2.0)
+                         shutdown_timeout=SHUTDOWN)
     streams, samples = Streams(n_actors), []
     with feed:
         for k, batch in enumerate(itertools.islice(feed, n_batches)):

@@ -10,6 +10,8 @@ from rlplay.engine.nested import StructureError, flatten
 from rlplay.engine.shared import (Aliased, aliased, check_device, copy_,
                                   numpify, torchify)
 
+from bounds import JOIN  # the reason in bounds.py
+
 State = namedtuple("State", "obs act")
 
 HAS_CUDA = torch.cuda.is_available()
@@ -101,7 +103,7 @@ def test_aliased_shared_memory_is_seen_across_processes():
     ctx = multiprocessing.get_context("fork")
     proc = ctx.Process(target=_write_in_child, args=(buf.pyt,))
     proc.start()
-    proc.join(30)
+    proc.join(JOIN)
     assert proc.exitcode == 0
     assert buf.npy.tolist() == [[0, 0, 0], [42, 42, 42]]
 
