@@ -30,8 +30,7 @@ import torch
 
 from ..nested import suply
 from ..shared import copy_
-from .policy import LocalPolicy, _add_note, _check_action, _check_hx, \
-    _check_info, _probe_note
+from .policy import LocalPolicy
 
 __all__ = ["DevicePolicy", "module_device", "normal_device"]
 
@@ -136,28 +135,6 @@ class DevicePolicy(LocalPolicy):
         self._read = torch.cuda.Event()
         self._read.record(torch.cuda.current_stream(self.device))
         return target
-
-    def probe(self, row, observation_space):
-        moved = self._move(row)
-        try:
-            with torch.no_grad():
-                act, hx, info = self.actor.step(*moved, hx=None, virtual=True)
-        except Exception as exc:
-            _add_note(exc, _probe_note(self.actor, row.obs,
-                                       observation_space))
-            raise
-        _check_action(act, row.act)
-        _check_info(info, row.fin.shape[1])
-        return act, hx, info
-
-    @torch.no_grad()
-    def initial_hx(self, row):
-        _, hx, _ = self.actor.step(*self._move(row), hx=None, virtual=True)
-        n_envs = row.fin.shape[1]
-        hx0 = self.actor.reset(hx, torch.ones(n_envs, dtype=torch.bool,
-                                              device=self.device))
-        _check_hx(hx, hx0, "step()", "the hx that reset() makes of it")
-        return hx0
 
     def step(self, row, hx):
         return self.actor.step(*self._move(row), hx=hx, virtual=False)

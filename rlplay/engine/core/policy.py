@@ -48,17 +48,27 @@ class LocalPolicy:
         Not an actor (:func:`~rlplay.engine.actor.check_actor`).
     """
 
+    # where the actor runs: None, where the rows are (see .devices)
+    device = None
+
     def __init__(self, actor):
         check_actor(actor)
         self.actor = actor
+
+    def _move(self, row):
+        """``row`` where the actor runs: the row itself (a
+        :class:`~.devices.DevicePolicy` copies it to its device)."""
+        return row
 
     def probe(self, row, observation_space):
         """The first, virtual, call on one ``row`` (torch, ``(1, B,
         ...)``) of placeholders; returns ``(act, hx, info)``, the action
         and ``info`` checked against the row's layout."""
+        moved = self._move(row)
         try:
             with torch.no_grad():
-                act, hx, info = self.actor.step(*row, hx=None, virtual=True)
+                act, hx, info = self.actor.step(*moved, hx=None,
+                                                virtual=True)
         except Exception as exc:
             _add_note(exc, _probe_note(self.actor, row.obs,
                                        observation_space))
@@ -71,9 +81,10 @@ class LocalPolicy:
     def initial_hx(self, row):
         """``actor.reset`` of the hx a virtual step returns, for all
         envs."""
-        _, hx, _ = self.actor.step(*row, hx=None, virtual=True)
+        _, hx, _ = self.actor.step(*self._move(row), hx=None, virtual=True)
         n_envs = row.fin.shape[1]
-        hx0 = self.actor.reset(hx, torch.ones(n_envs, dtype=torch.bool))
+        hx0 = self.actor.reset(hx, torch.ones(n_envs, dtype=torch.bool,
+                                              device=self.device))
         _check_hx(hx, hx0, "step()", "the hx that reset() makes of it")
         return hx0
 
