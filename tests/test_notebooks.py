@@ -43,9 +43,15 @@ PUBLIC_MODULES = {
     "rlplay.engine.rollout.cluster", "rlplay.engine.rollout.episodic",
 }
 
-# notebooks that need an optional dependency: skipped without it
+# notebooks that need an optional dependency (a module, or a tuple of
+# modules): skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
          "09_long_runs": "pygame"}
+
+# the env steps per task of the notebooks that read RLPLAY_EXAMPLE_STEPS
+# (their full runs take minutes per task): a brief run here, whose result
+# is checked for its structure, not for learning
+EXAMPLE_STEPS = 2048
 
 
 def _check_solved(result):
@@ -216,9 +222,12 @@ def _result(nb, path):
 @pytest.mark.notebooks
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
-def test_notebook_runs(path, kernel_spec_manager):
-    if path.stem in NEEDS:
-        pytest.importorskip(NEEDS[path.stem])
+def test_notebook_runs(path, kernel_spec_manager, monkeypatch):
+    needs = NEEDS.get(path.stem, ())
+    for module in (needs,) if isinstance(needs, str) else needs:
+        pytest.importorskip(module)
+    # the kernel inherits this process's environment when it starts
+    monkeypatch.setenv("RLPLAY_EXAMPLE_STEPS", str(EXAMPLE_STEPS))
     nb = nbformat.read(path, as_version=4)
     km = AsyncKernelManager(kernel_name=KERNEL_NAME,
                             kernel_spec_manager=kernel_spec_manager)
