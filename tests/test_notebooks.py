@@ -46,7 +46,8 @@ PUBLIC_MODULES = {
 # notebooks that need an optional dependency (a module, or a tuple of
 # modules): skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
-         "09_long_runs": "pygame"}
+         "09_long_runs": "pygame",
+         "10_pixels_and_physics": ("ale_py", "cv2", "mujoco")}
 
 # the env steps per task of the notebooks that read RLPLAY_EXAMPLE_STEPS
 # (their full runs take minutes per task): a brief run here, whose result
@@ -105,6 +106,27 @@ def _check_long_runs(result):
         f" is not above the first one, {result['eval_first']:.1f}")
 
 
+def _check_pixels_and_physics(result):
+    # per task: the trailing shape and dtype of obs, and of act
+    expected = {"HalfCheetah-v5": ([17], "torch.float64", [6], "torch.float32"),
+                "Breakout": ([4, 84, 84], "torch.uint8", [], "torch.int64")}
+    assert sorted(result) == sorted(expected), result
+    for name, (obs_tail, obs_dtype, act_tail, act_dtype) in expected.items():
+        run = result[name]
+        (obs_shape, obs_type), (act_shape, act_type) = run["obs"], run["act"]
+        T1, B = obs_shape[:2]
+        assert [obs_shape[2:], obs_type] == [obs_tail, obs_dtype], (name, run)
+        assert [act_shape, act_type] == [[T1, B, *act_tail], act_dtype], (
+            name, run)
+        # batches of (1 + T, B): the steps collected are the budget asked for
+        assert run["env_steps"] == run["batches"] * (T1 - 1) * B \
+            == EXAMPLE_STEPS, (name, run)
+        assert run["losses_finite"] and run["returns_finite"], (name, run)
+        assert run["train"] > 0 and run["startup"] > 0, (name, run)
+        assert run["startup"] + run["wait"] + run["train"] <= run["wall"], (
+            name, run)
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -115,6 +137,7 @@ CHECKS = {
     "07_episodes": _check_episodes,
     "08_off_policy": _check_off_policy,
     "09_long_runs": _check_long_runs,
+    "10_pixels_and_physics": _check_pixels_and_physics,
 }
 
 
