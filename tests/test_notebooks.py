@@ -58,10 +58,11 @@ PUBLIC_MODULES = {
     "rlplay.engine.rollout.cluster", "rlplay.engine.rollout.episodic",
 }
 
-# notebooks that need an optional dependency (a module: rlplay[video]
-# installs `pygame` as pygame-ce): skipped without it
+# notebooks that need an optional dependency (a module, or a tuple of
+# modules; rlplay[video] installs `pygame` as pygame-ce): skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
-         "09_long_runs": "pygame", "11_many_agents": ("mpe2", "pymunk")}
+         "09_long_runs": "pygame", "11_many_agents": ("mpe2", "pymunk"),
+         "12_pixels_and_physics": ("ale_py", "cv2", "mujoco")}
 
 
 # the checks of a notebook's result: ``full`` when it comes from a full
@@ -160,6 +161,28 @@ def _check_many_agents(result, full):
         f"{result['last_return']:.1f}: it did not clearly rise")
 
 
+def _check_pixels_and_physics(result, full):
+    # per task: the trailing shape and dtype of obs, and of act
+    expected = {"HalfCheetah-v5": ([17], "torch.float64", [6], "torch.float32"),
+                "Breakout": ([4, 84, 84], "torch.uint8", [], "torch.int64")}
+    assert sorted(result) == sorted(["quick", *expected]), result
+    for name, (obs_tail, obs_dtype, act_tail, act_dtype) in expected.items():
+        run = result[name]
+        (obs_shape, obs_type), (act_shape, act_type) = run["obs"], run["act"]
+        T1, B = obs_shape[:2]
+        assert [obs_shape[2:], obs_type] == [obs_tail, obs_dtype], (name, run)
+        assert [act_shape, act_type] == [[T1, B, *act_tail], act_dtype], (
+            name, run)
+        # batches of (1 + T, B): the steps collected are the budget asked for
+        assert run["env_steps"] == run["batches"] * (T1 - 1) * B, (name, run)
+        if not full:  # a couple of batches: 2048 env steps per task
+            assert run["env_steps"] == 2048, (name, run)
+        assert run["losses_finite"] and run["returns_finite"], (name, run)
+        assert run["train"] > 0 and run["startup"] > 0, (name, run)
+        assert run["startup"] + run["wait"] + run["train"] <= run["wall"], (
+            name, run)
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -172,6 +195,7 @@ CHECKS = {
     "09_long_runs": _check_long_runs,
     "10_curriculum": _check_curriculum,
     "11_many_agents": _check_many_agents,
+    "12_pixels_and_physics": _check_pixels_and_physics,
 }
 
 
