@@ -18,10 +18,10 @@ import torch
 
 pytest.importorskip("pettingzoo")
 
-from bounds import STEADY  # noqa: E402
+from bounds import RAY_STEADY, STEADY  # noqa: E402
 from envs import (AbsentAgentEnv, AgentsEnv, BuggyAgentsEnv,  # noqa: E402
                   absent_agent_factory, agents_factory)
-from generators import CountingActor, make  # noqa: E402
+from generators import RAY_STARTED_BOUND, CountingActor, make  # noqa: E402
 from rlplay.engine.core import acted, evaluate  # noqa: E402
 from rlplay.engine.envs import RowOut, make_batch  # noqa: E402
 from rlplay.engine.norm import RunningNorm  # noqa: E402
@@ -222,11 +222,15 @@ def test_parallel_api_test_passes(env_class):
 
 # ------------------------------------------------------------ generators --
 
-@pytest.mark.parametrize("kind", ["same", "single", "multi"])
-def test_every_column_equals_the_hand_stepped_reference(kind):
+@pytest.mark.parametrize("kind", ["same", "single", "multi", "cluster"])
+def test_every_column_equals_the_hand_stepped_reference(kind, request):
+    bounds = {"same": {}, "cluster": {"timeout": RAY_STEADY,
+                                      "start_timeout": RAY_STARTED_BOUND}}
+    if kind == "cluster":  # Ray actors, the workers of multi's protocol
+        request.getfixturevalue("ray_cluster")
     feed = make(kind, agents_factory, CountingActor(), T, B, n_actors=2,
                 entropy=ENTROPY, env_info=ENV_INFO,
-                **({} if kind == "same" else {"timeout": STEADY}))
+                **bounds.get(kind, {"timeout": STEADY}))
     seen = {0: 0, 1: 0}
     with feed:
         for batch in feed:
@@ -237,7 +241,7 @@ def test_every_column_equals_the_hand_stepped_reference(kind):
                 assert int(batch.meta.seq[0]) == k
                 seen[worker] += 1
             if min(seen.values()) == COUNT or (
-                    kind != "multi" and seen[0] == COUNT):
+                    kind not in ("multi", "cluster") and seen[0] == COUNT):
                 break
 
 
