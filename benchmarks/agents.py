@@ -12,6 +12,10 @@ envs (``3 * envs`` agents):
 ``same.rollout``, ``multi.rollout.2xk``
     rlplay, fragments of ``--steps`` steps (128) (``multi``: 2 workers of ``envs / 2``
     envs each, two fragments collated per batch);
+``same.rollout.alternating``
+    ``same.rollout`` and the hand loop fragment by fragment, in turn, in
+    one window: its ``x_hand`` is the ratio within that window, which
+    keeps little of the machine's drift between rows;
 ``supersuit.sync``, ``supersuit.procs``
     SuperSuit's ``pettingzoo_env_to_vec_env_v1`` and
     ``concat_vec_envs_v1`` (in this process, and in 2 worker processes),
@@ -23,9 +27,10 @@ envs (``3 * envs`` agents):
 
 A peer's row is skipped where its package is missing (``rlplay[bench]``).
 ``x_hand`` is a row's agent steps per second over the hand loop's, per
-round; ``x_peer`` rlplay's ``multi`` over the fastest peer row. Rows run
-in turn over ``--rounds`` rounds; each gives its median and spread
-(min-max). Nothing here asserts a timing.
+round (the alternating row's, within its window); ``x_peer`` rlplay's
+``multi`` over the fastest peer row. Rows run in turn over ``--rounds``
+rounds; each gives its median and spread (min-max). Nothing here asserts
+a timing.
 """
 import argparse
 import os
@@ -39,8 +44,8 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import (Row, fmt, measure, median, paired, print_json,  # noqa
-                     record, spread)
+from harness import (Row, alternated, fmt, measure, median, paired,  # noqa
+                     print_json, record, spread)
 
 from rlplay.engine import BaseActorModule  # noqa: E402
 from rlplay.engine.rollout import multi, same  # noqa: E402
@@ -90,7 +95,8 @@ def _timed(call, steps, seconds):
             return {"steps_per_s": n * steps / elapsed}
 
 
-def run_hand(n_envs, seconds):
+def hand_loop(n_envs):
+    """The hand-written loop: a function that steps one fragment."""
     envs = [make_env() for _ in range(n_envs)]
     obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
     net = mlp()
@@ -112,7 +118,25 @@ def run_hand(n_envs, seconds):
     def fragment():
         for _ in range(N_STEPS):
             step()
-    return _timed(fragment, N_STEPS * n_envs * N_AGENTS, seconds)
+    return fragment
+
+
+def run_hand(n_envs, seconds):
+    return _timed(hand_loop(n_envs), N_STEPS * n_envs * N_AGENTS, seconds)
+
+
+def run_alternating(n_envs, seconds):
+    """``same.rollout`` and the hand loop fragment by fragment in one
+    window (:func:`~harness.alternated`): same's agent steps/s, and
+    ``x_hand`` its ratio to the hand loop's in that window."""
+    feed = same.rollout(make_env, Actor(), N_STEPS, n_envs * N_AGENTS,
+                        copy=False)
+    with feed:
+        rates = alternated({"same": lambda: next(feed),
+                            "hand": hand_loop(n_envs)},
+                           N_STEPS * n_envs * N_AGENTS, seconds)
+    return dict(rates["same"], x_hand=rates["same"]["steps_per_s"]
+                / rates["hand"]["steps_per_s"])
 
 
 def run_same(n_envs, seconds):
@@ -203,6 +227,8 @@ def rows(n_envs):
     return [
         Row("spread/hand", lambda s: run_hand(n_envs, s)),
         Row("spread/same.rollout", lambda s: run_same(n_envs, s)),
+        Row("spread/same.rollout.alternating",
+            lambda s: run_alternating(n_envs, s)),
         Row(f"spread/multi.rollout.2x{k}", lambda s: run_multi(n_envs, s)),
         Row("spread/supersuit.sync",
             lambda s: run_supersuit(n_envs, s, 0)),
@@ -226,7 +252,8 @@ def report(results, skipped, failed, args):
     records = []
     for name in results:
         item = record(name, "row", values(name))
-        x_hand = paired(values(name), hand) if hand else None
+        own = [v["x_hand"] for v in results[name].values() if "x_hand" in v]
+        x_hand = own or (paired(values(name), hand) if hand else None)
         if x_hand:
             item["x_hand"] = median(x_hand)
         if name == multi_name and peers:

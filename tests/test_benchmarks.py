@@ -262,7 +262,8 @@ def test_agents_prints_rlplay_and_its_peers():
     pytest.importorskip("mpe2")
     rows = json_rows(run("agents.py", "--json", "--seconds", "0.2",
                          "--rounds", "1", "--envs", "2", "--steps", "16"))
-    names = ["hand", "same.rollout", "multi.rollout.2x1", "supersuit.sync",
+    names = ["hand", "same.rollout", "same.rollout.alternating",
+             "multi.rollout.2x1", "supersuit.sync",
              "supersuit.procs", "torchrl.collector", "torchrl.multi.2x1"]
     assert sorted(rows) == sorted(f"spread/{name}" for name in names)
     for name, row in rows.items():
@@ -272,7 +273,7 @@ def test_agents_prints_rlplay_and_its_peers():
         assert row["min"] <= row["steps_per_s"] <= row["max"]
         assert "x_hand" in row
     assert "x_peer" in rows["spread/multi.rollout.2x1"] or all(
-        "skipped" in rows[f"spread/{name}"] for name in names[3:])
+        "skipped" in rows[f"spread/{name}"] for name in names[4:])
 
 
 def test_torch_envs_prints_its_rows_and_says_without_a_gpu():
