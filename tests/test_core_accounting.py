@@ -5,7 +5,7 @@ import torch
 
 from rlplay.engine import BaseActorModule
 from rlplay.engine.core import LocalPolicy
-from rlplay.engine.core.accounting import Accounts
+from rlplay.engine.core.accounting import Accounts, TorchAccounts
 
 
 def test_fragment_accounts_count_steps_and_close_episodes():
@@ -77,6 +77,29 @@ def test_episode_accounts_count_where_asked():
     acc.count(np.array([True, True]))
     assert acc.close(0) == (3.0, 2) and acc.close(1) == (2.5, 1)
     assert acc.ret.tolist() == [0.0, 0.0] and acc.length.tolist() == [0, 0]
+
+
+def test_torch_episode_accounts_keep_the_same_accounts_with_masks():
+    """TorchAccounts (a torch source's, masks) and Accounts (columns)
+    count and close the same episodes alike: float64 sums of float32
+    rewards as given."""
+    rewards = np.array([[0.1, 2.5, -0.0], [0.7, 1.0, 3.0],
+                        [0.3, 0.2, 1e-8]], np.float32)
+    counted = np.array([[True, False, True], [True, True, False],
+                        [True, True, True]])
+    closing = np.array([[False, False, True], [False, True, False],
+                        [True, False, False]])
+    acc, tacc = Accounts(3), TorchAccounts(3, "cpu")
+    for rew, count, close in zip(rewards, counted, closing):
+        acc.rew[:] = rew
+        acc.count(count)
+        tacc.count(torch.from_numpy(rew), torch.from_numpy(count))
+        ret, length = tacc.close(torch.from_numpy(close))
+        for j in np.flatnonzero(close):
+            assert (ret[j].item(), length[j].item()) == acc.close(j)
+    assert tacc.ret.dtype == torch.float64
+    assert tacc.ret.tolist() == acc.ret.tolist()
+    assert tacc.length.tolist() == acc.length.tolist() == [0, 1, 1]
 
 
 class Recording(BaseActorModule):

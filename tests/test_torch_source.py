@@ -11,7 +11,8 @@
 - Gymnasium's ``NumpyToTorch`` over a native vector env is a torch source
   whose fragments equal those of the env itself.
 - A same-step source that ends an episode without its final observation
-  is refused; bad counts, sticky and the episode loop are refused.
+  is refused; bad counts and sticky are refused (the episode loop takes
+  torch sources: test_torch_episodes.py).
 - The consumers (episodes, Replay, returns, RunningNorm) and the process
   generators take such fragments.
 """
@@ -28,7 +29,7 @@ from cartpoles import (Balancer, sync_reference, torch_cartpole,
                        vector_reference)
 from generators import assert_fragments_equal, without_version
 from rlplay.engine import Replay, RunningNorm, acted, episode_stats
-from rlplay.engine.core import episode_edges, evaluate
+from rlplay.engine.core import episode_edges
 from rlplay.engine.envs import TorchSource
 from rlplay.engine.nested import suply
 from rlplay.engine.returns import gae
@@ -204,15 +205,13 @@ def test_a_same_step_source_without_its_final_observation():
     assert frags[0].final is None
 
 
-def test_bad_counts_sticky_and_the_episode_loop_are_refused():
+def test_bad_counts_and_sticky_are_refused():
     factory = functools.partial(torch_cartpole, 4)
     with pytest.raises(ValueError, match="n_envs=8 columns from a torch"):
         same.rollout(factory, Balancer(), T, 8)
-    with pytest.raises(ValueError, match="sticky=True"):
+    with pytest.raises(ValueError, match="sticky=True .* a torch-native "
+                                         "source"):
         same.rollout(factory, Balancer(), T, 4, sticky=True)
-    with same.rollout(factory, Balancer(), T, 4) as feed:
-        with pytest.raises(TypeError, match="returns torch tensors"):
-            evaluate(feed.envs, Balancer(), 2)
     with pytest.raises(ValueError, match="autoreset_mode must be"):
         TorchCartPole(2, autoreset_mode="later")
     with pytest.raises(TypeError, match="num_envs must be an int"):

@@ -16,7 +16,9 @@ code that calls ``env.step``).
   actor (:class:`LocalPolicy`), and :mod:`.devices`, the actor on a
   device of its own behind it (:class:`DevicePolicy`);
 - :mod:`.accounting`: one episode accounting for both loops
-  (:class:`Accounts`: running returns, lengths, step counts, lost calls);
+  (:class:`Accounts`: running returns, lengths, step counts, lost calls;
+  :class:`~.accounting.TorchAccounts`, the episode loop's on a torch
+  source's device);
 - :mod:`.checks`: the space checks (``check_spaces``);
 - :mod:`.fragments`: the fragment loop: :func:`prepare` allocates a
   fragment buffer, :func:`startup` resets the envs and returns the
@@ -27,7 +29,9 @@ code that calls ``env.step``).
   which :func:`startup` and :func:`collect` choose by the env batch's
   kind (:class:`TorchContext`);
 - :mod:`.episodes`: the episode loop: :func:`evaluate` plays whole
-  episodes, :func:`episode` one.
+  episodes, :func:`episode` one; :mod:`.torch_episodes`, the episode
+  loop of torch-native sources, which :func:`evaluate` chooses by the
+  env batch's kind.
 
 Every generator in :mod:`rlplay.engine.rollout` is a thin driver around
 these loops.

@@ -20,10 +20,17 @@ accounts of the episodes under way are kept here, once, for both loops:
 as its columns may play on uncounted (an episode cut at ``max_steps`` on a
 source that cannot reset a column alone) and closes the episodes it
 returns (:meth:`Accounts.close`).
+
+The torch loops keep the same accounts as tensors on a torch source's
+device, with masks where these take lists of columns, so that no step
+reads the device back: the fragment loop (:mod:`.torch_loop`) in its
+fragment's rows, the episode loop (:mod:`.torch_episodes`) in a
+:class:`TorchAccounts`.
 """
 import numpy as np
+import torch
 
-__all__ = ["Accounts"]
+__all__ = ["Accounts", "TorchAccounts"]
 
 
 class Accounts:
@@ -123,3 +130,40 @@ class Accounts:
         result = self.ret[j], self.length[j]
         self.ret[j], self.length[j] = 0.0, 0
         return result
+
+
+class TorchAccounts:
+    """The accounts of the episodes under way in ``n_envs`` env columns of
+    a torch source, tensors on its ``device``: the episode loop's part of
+    :class:`Accounts` (:meth:`count`, :meth:`close`), with bool masks
+    ``(n_envs,)`` for its lists of columns.
+
+    Attributes
+    ----------
+    ret : tensor of float64, shape = (n_envs,)
+        The running return of each column's episode: the float64 sum of
+        its rewards as the source gave them.
+    length : tensor of int64, shape = (n_envs,)
+        The running length of each column's episode.
+    """
+
+    def __init__(self, n_envs, device):
+        self.ret = torch.zeros(n_envs, dtype=torch.float64, device=device)
+        self.length = torch.zeros(n_envs, dtype=torch.int64, device=device)
+
+    def count(self, rew, counted):
+        """Add the last step, and its rewards ``rew`` (the source's,
+        ``(n_envs,)``), to the episodes of the columns ``counted``."""
+        # where(counted, ret + rew, ret): a column not counted keeps its
+        # return as it is (adding 0 would turn -0.0 into 0.0)
+        torch.where(counted, self.ret + rew, self.ret, out=self.ret)
+        self.length += counted
+
+    def close(self, closing):
+        """The episodes of the columns ``closing`` are over: returns
+        ``(ret, length)``, every column's accounts before (theirs where
+        ``closing``); theirs start again from zero."""
+        ret, length = self.ret.clone(), self.length.clone()
+        self.ret.masked_fill_(closing, 0.0)
+        self.length.masked_fill_(closing, 0)
+        return ret, length

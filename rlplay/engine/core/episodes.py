@@ -2,6 +2,10 @@
 in this process, :func:`episode` one. It steps the envs through the env
 adapter's :class:`~rlplay.engine.envs.EnvBatch`, calls the actor through a
 policy (:mod:`.policy`) and checks spaces as the fragment loop does.
+
+An env batch of kind ``"torch"`` (a torch-native source) is played by the
+episode loop of :mod:`.torch_episodes` instead, with the same results;
+:func:`evaluate` chooses it by the kind (:func:`~.fragments._torch`).
 """
 import numpy as np
 import torch
@@ -14,9 +18,11 @@ from ..shared import aliased, copy_
 from .accounting import Accounts
 from .checks import (_SpaceChecks, _final_label, _raise_cast, _reset_label,
                      _step_label)
+from .fragments import _torch, fragment_device
 from .layout import (_check_counts, _state_example, check_count,
                      check_spaces_mode)
 from .policy import as_policy
+from . import torch_episodes
 
 __all__ = ["evaluate", "episode"]
 
@@ -41,20 +47,30 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     never appears none: the call ends when the envs have played their
     episodes, rather than wait for an agent that may never come.
 
+    A torch-native source (an env batch of kind ``"torch"``, a
+    :class:`~rlplay.engine.envs.TorchSource`) is played where it lives, by
+    the episode loop of :mod:`.torch_episodes`: the returns and lengths
+    are those that this loop gives over the same envs in numpy, in each
+    autoreset mode.
+
     Parameters
     ----------
     envs : EnvBatch or list of gymnasium.Env
-    actor : BaseActorModule
+    actor : BaseActorModule or LocalPolicy
+        Called where its parameters live: where that is another device
+        than the rows' (the host, or a torch source's device), each row is
+        moved there (:mod:`.devices`); a policy (:mod:`.policy`) is used as
+        it is.
     n_episodes : int
     seed_sequences : list of SeedSequence, optional
         Reset seeds for the first episode of each env.
     max_steps : int, optional
         Stop an episode after this many steps (counted as truncated); at
         least 1, or ``None`` for no limit. A column that its source cannot
-        reset alone (some vector envs', a PettingZoo env's agent) plays on
-        uncounted until its episode ends on its own: such envs must end
-        their episodes themselves (a time limit, PettingZoo's
-        ``max_cycles``).
+        reset alone (some vector envs', a next-step torch source's, a
+        PettingZoo env's agent) plays on uncounted until its episode ends
+        on its own: such envs must end their episodes themselves (a time
+        limit, PettingZoo's ``max_cycles``).
     check_spaces : {'first', 'always', 'never'}
         Check actions and observations against the env's spaces, as
         :func:`~.fragments.collect` does: ``'first'``, until every env has
@@ -65,6 +81,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         episode: at its reset, then after each step up to the last one
         (``1 + length`` frames, RGB arrays ``(H, W, 3)`` of an env made
         with ``render_mode="rgb_array"``). ``None``: nothing is rendered.
+        A batched source (a vector env, a torch source) cannot render one
+        env column: a ``TypeError``.
 
     Returns
     -------
@@ -80,17 +98,24 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
         action, ``hx`` or ``info`` that does not fit; an action or
         observation outside its space (naming the env ``j`` and the step
         ``t``, counted from the start of the call); a reward that is not a
-        number.
+        number; a same-step source that ended an episode without its true
+        last observation (a torch source's: once all are played).
     """
-    policy = as_policy(actor)
     envs = as_batch(envs)
+    # the actor called where the rows live (see .devices)
+    policy = as_policy(actor, rows=fragment_device(envs))
     _check_counts(1, envs.n_envs)
     check_count("n_episodes", n_episodes)
     if max_steps is not None:
         check_count("max_steps", max_steps)
     mode = check_spaces_mode(check_spaces)
-    play = _Play(envs, policy, -(-n_episodes // envs.n_envs), max_steps,
-                 mode, on_frame)
+    quota = -(-n_episodes // envs.n_envs)
+    if _torch(envs):
+        returns, lengths = torch_episodes.play(
+            envs, policy, quota, seed_sequences=seed_sequences,
+            max_steps=max_steps, mode=mode, on_frame=on_frame)
+        return returns[:n_episodes], lengths[:n_episodes]
+    play = _Play(envs, policy, quota, max_steps, mode, on_frame)
     play.start(seed_sequences)
     while play.active.any():
         play.step()

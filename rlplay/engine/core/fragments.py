@@ -8,7 +8,9 @@ the actor through a policy (:mod:`.policy`).
 An env batch of kind ``"torch"`` (a torch-native source) is stepped by
 the torch loop of :mod:`.torch_loop` instead, with the same layout,
 checks and policy seam: :func:`startup` and :func:`collect` choose it here
-(:func:`_torch`), and nowhere else.
+by :func:`_torch`, the one test of the kind (which
+:func:`~.episodes.evaluate` also asks, to choose the episode loop of
+:mod:`.torch_episodes`).
 """
 import numpy as np
 import torch
@@ -30,8 +32,8 @@ __all__ = ["prepare", "startup", "collect", "fragment_device"]
 
 
 def _torch(envs):
-    """Whether the torch loop steps ``envs`` (its kind): the one place
-    that chooses the loop."""
+    """Whether the torch loops step ``envs`` (its kind): the one place
+    that chooses the loops."""
     return getattr(envs, "kind", "numpy") == "torch"
 
 

@@ -265,8 +265,9 @@ def check_sticky(envs):
         raise ValueError(
             "sticky=True freezes an env once its episode ended, but the "
             "factory's source steps all its envs at every call (a vector "
-            "env or EnvPool; a PettingZoo env steps all its agents): use "
-            "sticky=False, or a factory of single envs")
+            "env, EnvPool or a torch-native source; a PettingZoo env steps "
+            "all its agents): use sticky=False, or a factory of single "
+            "envs")
 
 
 

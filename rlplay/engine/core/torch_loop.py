@@ -1,10 +1,10 @@
 """The torch fragment loop: :func:`startup` and :func:`collect` for an env
 batch of kind ``"torch"`` (a :class:`~rlplay.engine.envs.TorchSource`),
-chosen by :func:`~.fragments.startup` and :func:`~.fragments.collect` (the
-only place that looks at the kind). It fills the layout of
-:mod:`.layout`, exactly as the numpy loop would for the same envs, with
-torch operations on the source's device, calling the actor through the
-policy seam (:mod:`.policy`).
+chosen by :func:`~.fragments.startup` and :func:`~.fragments.collect`
+(:func:`~.fragments._torch`, the one test of the kind). It fills the
+layout of :mod:`.layout`, exactly as the numpy loop would for the same
+envs, with torch operations on the source's device, calling the actor
+through the policy seam (:mod:`.policy`).
 
 A fragment is written where the source lives: in the buffer itself when
 it lives there (``same.rollout`` allocates it there,

@@ -12,14 +12,15 @@ is one of Gymnasium's ``NumpyToTorch``/``JaxToTorch`` vector wrappers
 (``device=None`` meaning the CPU), outermost or under other vector
 wrappers.
 
-Its interface is the torch loop's: :meth:`TorchSource.start` resets
+Its interface is the torch loops': :meth:`TorchSource.start` resets
 every column and writes the observations into a row of tensors;
 :meth:`TorchSource.advance` steps every column with a tensor of actions
 and writes a :class:`TorchRow` with torch operations, returning what
 happened as tensors on the device (:class:`TorchStepped`): nothing here
 reads a value of the device back to the host, so that no step waits for
 the device. A source that ended an episode without giving its true last
-observation is found out once per fragment (:meth:`TorchSource.finish`).
+observation is found out once per fragment, or evaluation
+(:meth:`TorchSource.finish`).
 
 Autoreset modes (the source's ``metadata["autoreset_mode"]``, Gymnasium's
 ``AutoresetMode``; next-step by default), each exact:
@@ -49,10 +50,17 @@ Seeding: the first reset gets the seed of the first column's
 ``SeedSequence`` (a list of each column's seeds where the source is a
 ``SyncVectorEnv`` or ``AsyncVectorEnv`` under a wrapper).
 
+Resetting some columns alone (:meth:`TorchSource.restart`, for episodes
+that the episode loop cuts at ``max_steps``) is a same-step or disabled
+source's ``reset(options={"reset_mask": mask})``, as disabled's resets; a
+next-step source cannot (:attr:`~.batch.EnvBatch.can_reset_columns`).
+
 A torch source gives every column of a worker (``n_envs`` equal to its
 ``num_envs``); it steps all its columns at every call (``sticky=True`` is
-refused). The episode loop (:func:`rlplay.engine.core.evaluate`, the
-``Evaluator``) steps numpy rows and refuses it.
+refused). Both loops of torch sources step it through this interface:
+the fragment loop (:mod:`rlplay.engine.core.torch_loop`) and the episode
+loop (:mod:`rlplay.engine.core.torch_episodes`, which
+:func:`rlplay.engine.core.evaluate` and the ``Evaluator`` use).
 """
 from collections import namedtuple
 
@@ -223,19 +231,45 @@ class TorchSource(EnvBatch):
                 self._finals(out, obs, info, ended)
         elif out.final is not None and not self.final_is_obs:
             _copy_tree(out.final, out.obs)  # the true last observations
-        if self.mode is AutoresetMode.DISABLED and (
-                self._off_host or bool(ended.any())):
-            reset, _ = _pair(self.source.reset(options={
-                "reset_mask": ended}), self.name)
-            _where_tree(out.obs, ended, reset, out.obs)
+        if self.mode is AutoresetMode.DISABLED:
+            self._reset_masked(out.obs, ended)
         if out.info:
             self._infos(out, info, ended, lost)
         return TorchStepped(rew, ended, lost)
 
+    def restart(self, obs_out, mask):
+        """Reset the columns of ``mask`` (a bool tensor ``(B,)`` on the
+        device) alone, with ``reset(options={"reset_mask": mask})``, and
+        write their observations into ``obs_out`` (nested tensors ``(B,
+        ...)``) there: as a disabled source's resets after a step (see the
+        module docstring), so on another device than the host whatever
+        ``mask`` holds. The source must honour the mask, as Gymnasium's
+        vector envs and :class:`rlplay.envs.TorchCartPole` do in every
+        mode (one whose ``reset`` ignores ``options`` would reset all its
+        envs).
+
+        Raises
+        ------
+        ValueError
+            A next-step source: it cannot reset a column alone.
+        """
+        if not self.can_reset_columns:
+            raise ValueError(f"{self.name} cannot reset some of its envs "
+                             f"alone (next-step autoreset)")
+        self._reset_masked(obs_out, mask)
+
+    def _reset_masked(self, obs_out, mask):
+        # on the host only where an env is to be reset: Gymnasium's vector
+        # envs refuse a mask without one
+        if self._off_host or bool(mask.any()):
+            reset, _ = _pair(self.source.reset(options={
+                "reset_mask": mask}), self.name)
+            _where_tree(obs_out, mask, reset, obs_out)
+
     def finish(self):
-        """The end of a fragment: raise where a same-step source ended an
-        episode without its true last observation (one read of the
-        device).
+        """The end of a fragment, or of an evaluation: raise where a
+        same-step source ended an episode without its true last
+        observation (one read of the device).
 
         Raises
         ------
@@ -329,9 +363,8 @@ class TorchSource(EnvBatch):
     def reset(self, obs_out, seeds=None, at=None, *, t=None,
               check_casts=False):
         raise TypeError(f"{self.name} returns torch tensors: the torch "
-                        f"fragment loop steps it; the episode loop "
-                        f"(evaluate, Evaluator) steps numpy rows and does "
-                        f"not take it")
+                        f"loops step it (start, advance, restart), not the "
+                        f"numpy ones")
 
     step = reset
 

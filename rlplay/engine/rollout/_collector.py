@@ -214,10 +214,15 @@ class Session:
         self.calls.apply(self)
         self.stage = f"evaluation {self.evaluations}"
         self.actor.eval()
+        if self.policy is None:
+            # the actor, called where it runs, as in begin()
+            self.policy = as_policy(self.actor,
+                                    rows=fragment_device(self.envs),
+                                    device=self.device)
         tic = time.perf_counter()
         frames = [] if record is not None else None
         returns, lengths = evaluate(
-            self.envs, self.actor, n_episodes,
+            self.envs, self.policy, n_episodes,
             seed_sequences=next_reset_seeds(self.seeds), max_steps=max_steps,
             on_frame=None if frames is None else frames.append)
         video = None

@@ -34,7 +34,11 @@ with :func:`rlplay.engine.core.evaluate`: every env plays
 evaluation seeding the resets from the ``i``-th children of the envs' seed
 sequences (reproducible, different each time); an agent of a PettingZoo
 env plays its lives in that many episodes of its env, so an agent that
-does not appear in all of them gives fewer results.
+does not appear in all of them gives fewer results. A torch-native source
+is played where it lives (:mod:`rlplay.engine.core.torch_episodes`); the
+worker's copy of the actor runs on the CPU, or on ``actor_device``
+(:mod:`._devices`; the rows of a source elsewhere are moved to the
+actor, :mod:`rlplay.engine.core.devices`).
 
 Errors and shutdown are those of :mod:`rlplay.engine.rollout.single`: a
 worker exception is raised as :class:`~rlplay.engine.errors.WorkerError`
@@ -68,6 +72,7 @@ from ..video import check_writer
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
                     START_TIMEOUT, Breakable, Deadline, Status, Supervised)
 from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
+from ._devices import worker_devices
 from ._params import cpu_copy
 
 __all__ = ["Evaluator", "Evaluation"]
@@ -176,14 +181,16 @@ class Evaluator(Supervised, Breakable):
     Parameters
     ----------
     factory : callable
-        Builds one Gymnasium env; called ``n_envs`` times in the worker
-        only (shipped with cloudpickle), so a failure there is a
+        Builds one Gymnasium env, or a batched source (a vector env, a
+        torch-native source: see :mod:`rlplay.engine.envs`); called until
+        ``n_envs`` columns add up, in the worker only (shipped with
+        cloudpickle), so a failure there is a
         :class:`~rlplay.engine.errors.WorkerError`.
     actor : BaseActorModule
-        The learner's actor (on any device); the worker runs a CPU copy in
-        eval mode.
+        The learner's actor (on any device); the worker runs a copy in
+        eval mode, on the CPU or on ``actor_device``.
     n_envs : int
-        Envs played side by side.
+        Envs played side by side (a torch source's ``num_envs``).
     n_episodes : int
         Episodes per evaluation (agent-episodes of a PettingZoo env's
         columns: see :func:`rlplay.engine.core.evaluate` for an agent that
@@ -202,7 +209,7 @@ class Evaluator(Supervised, Breakable):
 
     The keywords every generator shares (``entropy``, ``start_method``,
     the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``,
-    ``resume``) are
+    ``resume``, ``actor_device``) are
     documented once, in
     :mod:`rlplay.engine.rollout`; here ``timeout`` is the default bound of
     :meth:`result` (300 s: the worker is silent for a whole evaluation),
@@ -247,7 +254,7 @@ class Evaluator(Supervised, Breakable):
                  timeout=EVALUATION_TIMEOUT, start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
-                 resume=None, record=None):
+                 resume=None, record=None, actor_device=None):
         run = self._begin(
             "evaluator", actor, dict(n_envs=n_envs, n_episodes=n_episodes,
                                      max_steps=max_steps),
@@ -263,12 +270,16 @@ class Evaluator(Supervised, Breakable):
                             f"Gymnasium env, got {type(factory).__name__}")
         if record is not None:
             factory, record = _recording(factory, record)
+        mp_ctx = get_context(start_method)
+        devices = worker_devices(actor_device, 1,
+                                 start_method=mp_ctx.get_start_method())
         self._version = run.version  # the last submitted
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
             entropy=run.entropy, n_envs=int(n_envs), sticky=False,
-            check_spaces="first", cpu_affinity=cpu_affinity)
-        self._workers(get_context(start_method), 1, lambda params:
+            check_spaces="first", cpu_affinity=cpu_affinity,
+            actor_device=devices)
+        self._workers(mp_ctx, 1, lambda params:
                       _EvaluationRequests(
                           spec, params, (int(n_episodes), max_steps, record),
                           count=int(run.extra.get("requests", 0))),
