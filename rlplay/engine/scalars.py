@@ -49,13 +49,15 @@ def flat_scalars(stats, *, prefix="", reduce=None):
     Parameters
     ----------
     stats : dict (any Mapping)
-        A generator's ``stats``, an :class:`~rlplay.engine.rollout.Evaluator`'s,
-        or a dict of the learner's own scalars (losses, a learning rate);
-        nested dicts, lists, tuples and namedtuples are flattened (the table
-        of :mod:`rlplay.engine.scalars`).
+        A generator's ``stats``, an
+        :class:`~rlplay.engine.rollout.Evaluator`'s, or a dict of the
+        learner's own scalars (losses, a learning rate); nested dicts,
+        lists, tuples and namedtuples are flattened (the table of
+        :mod:`rlplay.engine.scalars`).
     prefix : str
-        Put in front of every tag, such as ``"rollout/"`` (TensorBoard
-        groups its charts by the part of a tag before the first ``/``).
+        Put in front of every tag as it is, such as ``"rollout/"``
+        (TensorBoard groups its charts by the part of a tag before the
+        first ``/``).
     reduce : dict of str to callable, optional
         How an array entry becomes scalars: ``{name: fn}`` writes
         ``fn(values)`` under ``path/name``, ``values`` a flat float64
