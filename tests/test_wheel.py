@@ -123,11 +123,24 @@ print(json.dumps({
 }))
 '''
 
+
+def _pip_version():
+    try:
+        import pip
+    except ImportError:
+        return ()
+    return tuple(int(part) for part in pip.__version__.split(".")[:2]
+                 if part.isdigit())
+
+
 pytestmark = [
     pytest.mark.skipif(
         any(importlib.util.find_spec(name) is None
             for name in ("build", "twine", "packaging", "venv")),
         reason="needs build, twine (rlplay[release]) and venv"),
+    # pip installs into another environment with --python since 22.3
+    pytest.mark.skipif(_pip_version() < (22, 3),
+                       reason="needs pip 22.3 or later (pip --python)"),
 ]
 
 
