@@ -3,16 +3,19 @@
 # constraints.txt), then run. `make demo` needs the demo extra alone
 # (tqdm); `make test` installs every extra the suite and the benchmarks
 # use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE, MuJoCo,
-# Jupyter...: a few GB). Each has its stamp, so `make demo` then `make test` installs the
-# rest.
+# Jupyter, TensorBoard, build and twine...: a few GB). Each has its stamp,
+# so `make demo` then `make test` installs the rest. `make dist` needs the
+# release extra alone (build, twine): it builds the sdist and the wheel of
+# a release into dist/ and checks them.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
+RELEASE_STAMP := $(VENV)/.installed-release
 SETUP := setup.cfg pyproject.toml constraints.txt
 
-.PHONY: demo test bench bench-torchrl clean
+.PHONY: demo test bench bench-torchrl dist clean
 
 $(DEMO_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +24,13 @@ $(DEMO_STAMP): $(SETUP)
 
 $(TEST_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo]'
 	touch $(TEST_STAMP)
+
+$(RELEASE_STAMP): $(SETUP)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[release]'
+	touch $(RELEASE_STAMP)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rlplay.demo
@@ -52,5 +60,12 @@ bench-torchrl:
 	$(TORCHRL_VENV)/bin/python -m pip install -q -c $(TORCHRL_VENV)/constraints.txt -e '.[bench]'
 	$(TORCHRL_VENV)/bin/python benchmarks/replay.py
 
+# built in an isolated environment (what pyproject.toml's build-system
+# names), as an index builds it; tests/test_wheel.py builds without one
+dist: $(RELEASE_STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCHRL_VENV) build dist *.egg-info

@@ -16,7 +16,8 @@ with ``meta.seq`` going on without a gap. At the end it prints the counts
 cause) and the resources of the learner (descriptors, ``/dev/shm`` files it
 maps or holds, processes under it, resident memory) early in the run and at
 its end; it exits with status 1 if a check failed or, over a run of at
-least 200 batches, descriptors or ``/dev/shm`` files grew.
+least 200 batches, descriptors or ``/dev/shm`` files grew. A progress bar
+on stderr counts the batches and the restarts so far.
 
     python benchmarks/soak_restarts.py [--batches 2000] [--crash-rate 0.05]
         [--start-method forkserver] [--workers 3]
@@ -36,6 +37,7 @@ import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
+from tqdm import tqdm
 
 from rlplay.engine import BaseActorModule
 from rlplay.engine.nested import suply
@@ -215,12 +217,16 @@ def main():
     streams, samples = Streams(n_workers, T), []
     failed = None
     tic = time.perf_counter()
-    with feed:
+    bar = tqdm(total=args.batches, unit="batch", desc=args.start_method)
+    with feed, bar:
         try:
             for batch in itertools.islice(feed, args.batches):
                 for s in range(2):
                     streams.add(slot(batch, s, B))
                 samples.append(resources())
+                bar.set_postfix(restarts=feed.stats["restarts"],
+                                refresh=False)
+                bar.update()
         except AssertionError as exc:
             failed = f"a layout check failed: {exc!r}"
         stats = feed.stats

@@ -20,8 +20,24 @@ evaluated parameters play fresh episodes for the final evaluation. The
 progress bar counts env steps against the step budget; a run that stops
 earlier ends its bar there, at 100%, saying why it stopped. Given
 ``--seed`` the run is reproducible, unless the time budget cuts it short.
+
+Given ``--logdir DIR`` (``pip install rlplay[tensorboard]``), the training
+curves go to TensorBoard event files in ``DIR`` (``tensorboard --logdir
+DIR`` shows them), all at the env steps trained on so far:
+
+- ``rollout/...``: the generator's ``stats`` after every batch, through
+  :func:`rlplay.engine.log_stats` (the mean of ``returns`` and ``lengths``
+  of the episodes that ended in the batch, throughput, waits);
+- ``train/...``: after every batch, the learning rate, the means of PPO's
+  losses (``loss_pi``, ``loss_v``) and of the policy's ``entropy`` over its
+  minibatches, and the mean ``return`` of the last 20 training episodes
+  (once one has ended);
+- ``eval/return`` and ``eval/best``: every evaluation during training, at
+  the step of the parameters it evaluated; ``eval/final_return``: the
+  final evaluation, at the last step.
 """
 import argparse
+import contextlib
 import copy
 import functools
 import time
@@ -35,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from rlplay.engine import PolicyActor, episode_stats, gae
+from rlplay.engine import PolicyActor, episode_stats, gae, log_stats
 from rlplay.engine.rollout import Evaluator, same, single
 
 N_ENVS, N_STEPS = 8, 128           # a batch of 8 x 128 = 1024 steps
@@ -76,7 +92,9 @@ class ActorCritic(nn.Module):
 
 
 def ppo_update(actor, optim, batch):
-    """A few epochs of clipped PPO on one fragment ``(1 + T, B)``."""
+    """A few epochs of clipped PPO on one fragment ``(1 + T, B)``; returns
+    the means over its minibatches of the policy's and the value's losses
+    and of the policy's entropy."""
     state, critic = batch.state, actor.policy.v
     with torch.no_grad():
         value = critic(state.obs).squeeze(-1)               # (1 + T, B)
@@ -93,6 +111,7 @@ def ppo_update(actor, optim, batch):
     adv, ret = adv.flatten(), ret.flatten()
 
     size = len(obs) // N_MINIBATCHES
+    sums, n_updates = dict.fromkeys(("loss_pi", "loss_v", "entropy"), 0.0), 0
     for _ in range(N_EPOCHS):
         for idx in torch.randperm(len(obs)).split(size):
             dist, value = actor(obs[idx])
@@ -102,12 +121,31 @@ def ppo_update(actor, optim, batch):
             loss_pi = -torch.min(ratio * a, ratio.clamp(1 - CLIP, 1 + CLIP)
                                  * a).mean()
             loss_v = F.mse_loss(value, ret[idx])
-            loss = (loss_pi + VF_COEF * loss_v
-                    - ENT_COEF * dist.entropy().mean())
+            entropy = dist.entropy().mean()
+            loss = loss_pi + VF_COEF * loss_v - ENT_COEF * entropy
             optim.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(actor.parameters(), MAX_GRAD_NORM)
             optim.step()
+            for key, term in zip(sums, (loss_pi, loss_v, entropy)):
+                sums[key] += term.item()
+            n_updates += 1
+    return {key: total / n_updates for key, total in sums.items()}
+
+
+def writer_opener(logdir, parser):
+    """What opens the writer of the curves, given ``logdir``: TensorBoard's
+    ``SummaryWriter`` (a context manager that closes it) or, without a
+    ``logdir``, a null context that gives ``None``. A missing TensorBoard
+    is refused here, before anything starts."""
+    if logdir is None:
+        return lambda logdir: contextlib.nullcontext()
+    try:  # imported only when asked for: TensorBoard is an extra
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        parser.error(f"--logdir needs TensorBoard ({exc}): "
+                     f"pip install 'rlplay[tensorboard]'")
+    return SummaryWriter
 
 
 def main(argv=None):
@@ -121,7 +159,12 @@ def main(argv=None):
                         help="env steps (the learning rate anneals to 0)")
     parser.add_argument("--budget-seconds", type=float, default=110.0,
                         help="stop training after this long")
+    parser.add_argument("--logdir", default=None,
+                        help="write the training curves to TensorBoard "
+                        "event files in this directory (needs "
+                        "rlplay[tensorboard])")
     args = parser.parse_args(argv)
+    open_writer = writer_opener(args.logdir, parser)
 
     torch.set_num_threads(1)   # a tiny MLP: threads only add overhead
     torch.manual_seed(args.seed)
@@ -137,21 +180,29 @@ def main(argv=None):
     feed = rollout(factory, actor, N_STEPS, N_ENVS, entropy=args.seed)
 
     recent = deque(maxlen=20)      # returns of the last training episodes
-    pending = None                 # (batch, parameters) being evaluated
+    pending = None                 # (batch, parameters, steps) evaluated
     best, best_params = 0.0, None  # any evaluation beats 0 on CartPole
     n_perfect, n_steps, started = 0, 0, time.monotonic()
     desc = f"PPO, {args.generator}.rollout"
     bar = tqdm(total=args.steps, unit="step", unit_scale=True, desc=desc)
-    with closing(feed), closing(evaluator):
+    with closing(feed), closing(evaluator), \
+            open_writer(args.logdir) as writer:
         for k, batch in enumerate(feed):
+            lr = LR * (1.0 - n_steps / args.steps)
             for group in optim.param_groups:   # anneal linearly to 0
-                group["lr"] = LR * (1.0 - n_steps / args.steps)
-            ppo_update(actor, optim, batch)
+                group["lr"] = lr
+            losses = ppo_update(actor, optim, batch)
 
             n_steps += batch.state.rew[1:].numel()
             recent.extend(episode_stats(batch)[0])
             bar.update(batch.state.rew[1:].numel())
             mean_return = np.mean(recent) if recent else 0.0
+            if writer is not None:
+                log_stats(writer, feed.stats, n_steps, prefix="rollout/")
+                train = {"lr": lr, **losses}
+                if recent:
+                    train["return"] = mean_return
+                log_stats(writer, train, n_steps, prefix="train/")
             bar.set_postfix({"return": f"{mean_return:.1f}",
                              "best eval": f"{best:.1f}"})
 
@@ -164,6 +215,9 @@ def main(argv=None):
                 if score >= best:
                     best, best_params = score, pending[1]
                 n_perfect = n_perfect + 1 if score >= MAX_RETURN else 0
+                if writer is not None:
+                    log_stats(writer, {"return": score, "best": best},
+                              pending[2], prefix="eval/")
                 pending = None
             if n_perfect >= N_PERFECT:
                 outcome = "solved"
@@ -178,7 +232,7 @@ def main(argv=None):
                 break
             if pending is None and (k + 1) % EVAL_EVERY == 0:
                 evaluator.submit(actor)
-                pending = (k, copy.deepcopy(actor.state_dict()))
+                pending = (k, copy.deepcopy(actor.state_dict()), n_steps)
         # the bar ends where the run did, full: stopping early is no abort
         bar.total = bar.n
         bar.set_description(f"{desc}: {outcome}")
@@ -190,6 +244,9 @@ def main(argv=None):
             actor.load_state_dict(best_params)
         evaluator.submit(actor)
         returns = evaluator.result().returns
+        if writer is not None:
+            log_stats(writer, {"final_return": float(np.mean(returns))},
+                      n_steps, prefix="eval/")
 
     during = (f"best evaluation {best:.1f}" if best_params is not None
               else "no evaluation finished during training")

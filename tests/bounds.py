@@ -84,6 +84,12 @@ KERNEL_START = 120
 # forkserver or spawn, seconds each on a busy 2-core machine
 SCRIPT = 180.0
 
+# one step of tests/test_wheel.py: building the sdist and the wheel
+# without an isolated environment, twine's check of both, making a virtual
+# environment without pip, installing the wheel alone into it (about a
+# second or two each on an idle machine)
+PACKAGING = 120.0
+
 # the demo as a script (``python -m rlplay.demo``): it trains CartPole
 # (about 20 s on an idle machine)
 DEMO = 300.0

@@ -2,6 +2,7 @@
 where the run stopped, with a line saying why, whether the task was solved
 or a budget was spent."""
 import re
+import sys
 
 import pytest
 
@@ -37,3 +38,57 @@ def test_a_spent_budget_says_so(capsys):
         in out, out
     end = _bar_end(err)
     assert "stopped" in end and "100%" in end, end
+
+
+def test_logdir_writes_the_curves_to_tensorboard(monkeypatch, tmp_path):
+    """``--logdir``: TensorBoard's own reader finds every curve the demo's
+    docstring lists, at the env steps of the batches (and of the
+    evaluations)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import \
+        EventAccumulator
+    from rlplay.engine.rollout import STATS_KEYS
+
+    monkeypatch.setattr(demo, "EVAL_EVERY", 2)
+    monkeypatch.setattr(demo, "EVAL_LAG", 1)
+    monkeypatch.setattr(demo, "N_EVAL_EPISODES", 2)
+    demo.main(["--generator", "same", "--steps", "4096",
+               "--logdir", str(tmp_path)])
+    events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    events.Reload()
+
+    def steps(tag):
+        return [event.step for event in events.Scalars(tag)]
+
+    def values(tag):
+        return [event.value for event in events.Scalars(tag)]
+
+    # every batch of 1024 steps: the stats of same.rollout (no workers;
+    # CartPole's episodes end in every batch) and the learner's scalars
+    rollout = {f"rollout/{key}" for key in STATS_KEYS
+               - {"returns", "lengths", "workers"}} | {
+        "rollout/returns/mean", "rollout/lengths/mean"}
+    train = {f"train/{key}" for key in ("lr", "loss_pi", "loss_v",
+                                        "entropy", "return")}
+    evaluation = {"eval/return", "eval/best", "eval/final_return"}
+    assert set(events.Tags()["scalars"]) == rollout | train | evaluation
+    batches = [1024, 2048, 3072, 4096]
+    for tag in rollout | train:
+        assert steps(tag) == batches, tag
+    assert values("rollout/steps") == batches
+    assert values("rollout/batches") == [1, 2, 3, 4]
+    assert values("train/lr") == pytest.approx(
+        [demo.LR * (1 - n / 4096) for n in [0] + batches[:-1]])
+    # asked after batch 2 (the parameters of step 2048), read after batch
+    # 3; the final evaluation at the last step
+    assert steps("eval/return") == steps("eval/best") == [2048]
+    assert steps("eval/final_return") == [4096]
+
+
+def test_logdir_without_tensorboard_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(SystemExit):
+        demo.main(["--generator", "same", "--logdir", "unused"])
+    err = capsys.readouterr().err
+    assert "--logdir needs TensorBoard" in err, err
+    assert "pip install 'rlplay[tensorboard]'" in err, err

@@ -76,3 +76,10 @@ def test_one_distribution_installs_the_pygame_module():
               for line in (ROOT / "constraints.txt").read_text().splitlines()
               if line.split("#")[0].strip()}
     assert "pygame-ce" in pinned and "pygame" not in pinned, sorted(pinned)
+
+
+def test_make_dist_installs_the_release_extra_alone(tmp_path):
+    installs = _installs("dist", tmp_path / "venv")
+    assert len(installs) == 1, installs
+    assert "-c constraints.txt" in installs[0]
+    assert installs[0].endswith("-e '.[release]'"), installs[0]

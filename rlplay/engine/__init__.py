@@ -10,6 +10,7 @@ from .nested import (StructureError, check_structure, flatten, getitem,
 from .norm import RunningNorm
 from .replay import PrioritizedReplay, Replay, Sequences, Transitions
 from .returns import frozen, gae, n_step, returns
+from .scalars import flat_scalars, log_stats
 from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "RunningNorm",
     "PrioritizedReplay", "Replay", "Sequences", "Transitions",
     "frozen", "gae", "n_step", "returns",
+    "flat_scalars", "log_stats",
     "Aliased", "aliased", "numpify", "torchify",
 ]
