@@ -225,8 +225,8 @@ def test_the_sdist_and_the_wheel_hold_the_package_and_no_tests(dist):
         names = {name.split("/", 1)[1] for name in tar.getnames()
                  if "/" in name}
     top = {name.split("/")[0] for name in names}
-    assert top == {"PKG-INFO", "README.md", "CHANGELOG.md", "MANIFEST.in",
-                   "setup.cfg", "pyproject.toml", "rlplay",
+    assert top == {"PKG-INFO", "README.md", "CHANGELOG.md", "LICENSE",
+                   "MANIFEST.in", "setup.cfg", "pyproject.toml", "rlplay",
                    "rlplay.egg-info"}, top
     assert {name for name in names if name.startswith("rlplay/")
             and name.endswith(".py")} == package
@@ -236,6 +236,7 @@ def test_the_sdist_and_the_wheel_hold_the_package_and_no_tests(dist):
     info = {name for name in names if not name.startswith("rlplay/")}
     assert {name.split("/")[0] for name in info} == {
         f"rlplay-{_version()}.dist-info"}, info
+    assert any(name.endswith("LICENSE") for name in info), info
     assert names - info == package
     assert wheel.name == f"rlplay-{_version()}-py3-none-any.whl"
 
