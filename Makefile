@@ -1,18 +1,21 @@
-# `make demo` and `make test` create the virtual environment when missing,
-# install rlplay with the extras they need (torch pinned to the CPU build by
-# constraints.txt), then run. `make demo` needs the demo extra alone
-# (tqdm); `make test` installs every extra the suite and the benchmarks
-# use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE, MuJoCo,
-# Jupyter...: a few GB). Each has its stamp, so `make demo` then `make test` installs the
-# rest.
+# `make demo`, `make test` and `make docs` create the virtual environment
+# when missing, install rlplay with the extras they need (torch pinned to
+# the CPU build by constraints.txt), then run. `make demo` needs the demo
+# extra alone (tqdm); `make test` installs every extra the suite and the
+# benchmarks use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE,
+# MuJoCo, Jupyter, MkDocs...: a few GB); `make docs` the docs extra (MkDocs
+# and its plugins), then builds the documentation into site/. Each has its
+# stamp, so `make demo` then `make test` installs the rest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
+SITE ?= site
 SETUP := setup.cfg pyproject.toml constraints.txt
 
-.PHONY: demo test bench bench-torchrl clean
+.PHONY: demo test docs bench bench-torchrl clean
 
 $(DEMO_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,14 +24,23 @@ $(DEMO_STAMP): $(SETUP)
 
 $(TEST_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,docs]'
 	touch $(TEST_STAMP)
+
+$(DOCS_STAMP): $(SETUP)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rlplay.demo
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
+
+# strict: a broken link, anchor or cross-reference fails the build
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir $(SITE)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/throughput.py
@@ -53,4 +65,4 @@ bench-torchrl:
 	$(TORCHRL_VENV)/bin/python benchmarks/replay.py
 
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCHRL_VENV) build *.egg-info $(SITE)
