@@ -1,21 +1,25 @@
-# `make demo` and `make test` create the virtual environment when missing,
-# install rlplay with the extras they need (torch pinned to the CPU build by
-# constraints.txt), then run. `make demo` needs the demo extra alone
-# (tqdm); `make test` installs every extra the suite and the benchmarks
-# use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE, MuJoCo,
-# Jupyter, TensorBoard, build and twine...: a few GB). Each has its stamp,
-# so `make demo` then `make test` installs the rest. `make dist` needs the
-# release extra alone (build, twine): it builds the sdist and the wheel of
-# a release into dist/ and checks them.
+# `make demo`, `make test` and `make docs` create the virtual environment
+# when missing, install rlplay with the extras they need (torch pinned to
+# the CPU build by constraints.txt), then run. `make demo` needs the demo
+# extra alone (tqdm); `make test` installs every extra the suite and the
+# benchmarks use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE,
+# MuJoCo, Jupyter, TensorBoard, MkDocs, build and twine...: a few GB);
+# `make docs` the docs extra (MkDocs and its plugins), then builds the
+# documentation into site/; `make dist` the release extra (build, twine),
+# then builds the sdist and the wheel of a release into dist/ and checks
+# them. Each has its stamp, so `make demo` then `make test` installs the
+# rest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 RELEASE_STAMP := $(VENV)/.installed-release
+DOCS_STAMP := $(VENV)/.installed-docs
+SITE ?= site
 SETUP := setup.cfg pyproject.toml constraints.txt
 
-.PHONY: demo test bench bench-torchrl dist clean
+.PHONY: demo test docs bench bench-torchrl dist clean
 
 $(DEMO_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +28,7 @@ $(DEMO_STAMP): $(SETUP)
 
 $(TEST_STAMP): $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,docs]'
 	touch $(TEST_STAMP)
 
 $(RELEASE_STAMP): $(SETUP)
@@ -32,11 +36,20 @@ $(RELEASE_STAMP): $(SETUP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[release]'
 	touch $(RELEASE_STAMP)
 
+$(DOCS_STAMP): $(SETUP)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rlplay.demo
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
+
+# strict: a broken link, anchor or cross-reference fails the build
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir $(SITE)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/throughput.py
@@ -68,4 +81,4 @@ dist: $(RELEASE_STAMP)
 	$(BIN)/python -m twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) build dist *.egg-info
+	rm -rf $(VENV) $(TORCHRL_VENV) build dist *.egg-info $(SITE)

@@ -69,10 +69,15 @@ CLUSTER_SCRIPT = 480.0
 # seconds on an idle machine)
 LONG_RUN_PART = 300.0
 
-# one Python block of the README run as a script: the slowest starts a
-# local Ray and two Ray actors that import torch (about 20 s on an idle
-# machine)
-README_BLOCK = 240.0
+# one Python block of the README or of a documentation page run as a
+# script: the slowest starts a local Ray and two Ray actors that import
+# torch (about 20 s on an idle machine)
+DOC_BLOCK = 240.0
+
+# building the documentation site (``mkdocs build --strict``,
+# tests/test_docs.py): the API reference and twelve notebooks rendered
+# (10 to 15 s on an idle two-core machine)
+DOCS_BUILD = 180.0
 
 # notebooks: one cell, one whole notebook, a kernel's start
 NOTEBOOK_CELL = 600

@@ -1,5 +1,6 @@
-"""What ``make demo`` and ``make test`` install, read from dry runs
-(``make -n``: nothing is installed), and the extras of setup.cfg."""
+"""What ``make demo``, ``make test`` and ``make docs`` install, read from
+dry runs (``make -n``: nothing is installed), and the extras of
+setup.cfg."""
 import configparser
 import re
 import shutil
@@ -54,6 +55,21 @@ def test_make_test_after_make_demo_installs_the_rest(tmp_path):
     assert len(installs) == 1, installs
     asked = installs[0].rsplit("[", 1)[1].split("]")[0].split(",")
     assert sorted(asked) == sorted(_extras()), asked
+
+
+def test_make_docs_installs_the_docs_extra_and_builds_strictly(tmp_path):
+    installs = _installs("docs", tmp_path / "venv")
+    assert len(installs) == 1, installs
+    assert "-c constraints.txt" in installs[0]
+    assert installs[0].endswith("-e '.[docs]'"), installs[0]
+    done = subprocess.run(["make", "-n", "docs", f"VENV={tmp_path / 'venv'}"],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=SCRIPT)
+    builds = [line for line in done.stdout.splitlines()
+              if "mkdocs build" in line]
+    assert len(builds) == 1 and "--strict" in builds[0], done.stdout
+    assert "--site-dir site" in builds[0], builds[0]
+    assert "mkdocs" in {_name(req) for req in _extras()["docs"]}
 
 
 def test_the_notebooks_extra_has_a_front_end():

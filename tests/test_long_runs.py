@@ -1,5 +1,5 @@
-"""The README's long-run script (section "Long runs"), as it is written
-there: killed with SIGKILL between two checkpoints, started again, it goes
+"""The long-run script of the documentation (docs/concepts/long-runs.md),
+as it is written there: killed with SIGKILL between two checkpoints, started again, it goes
 on from its last checkpoint as the same run, and its evaluation improves.
 """
 import os
@@ -15,7 +15,7 @@ import torch
 from procs import descendants as _descendants
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "concepts" / "long-runs.md"
 # the script imports this checkout's rlplay, whatever is installed
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -25,10 +25,10 @@ LINE = re.compile(r"batch (\d+) seq (\d+) evaluation ([\d.]+)")
 
 
 def _script(tmp_path):
-    text = README.read_text()
+    text = PAGE.read_text()
     blocks = re.findall(r"```python\n(# long_runs\.py.*?)```", text,
                         flags=re.S)
-    assert len(blocks) == 1, "the README's long-run script is missing"
+    assert len(blocks) == 1, f"the long-run script is missing from {PAGE}"
     path = tmp_path / "long_runs.py"
     path.write_text(blocks[0])
     return path

@@ -201,11 +201,24 @@ CHECK_SPACES = ("first", "always", "never")
 _CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
 State = namedtuple("State", "stepno obs act rew fin")
+State.__doc__ = """The rows of a fragment's state, each ``(1 + T, B, ...)``:
+``stepno`` (steps since the episode started), ``obs`` (``x_t``), ``act``
+(``a_{t-1}``, the action that led to row ``t``), ``rew`` (``r_t``) and
+``fin`` (the step into row ``t`` ended an episode); see
+:mod:`rlplay.engine.core.layout`."""
 EpisodeStats = namedtuple("EpisodeStats", "ret length")
+EpisodeStats.__doc__ = """Where an episode ended at row ``t``: its return
+``ret`` (float64) and its ``length`` (int64), each ``(1 + T, B)``, zero
+elsewhere; see :func:`episode_stats`."""
 # control and agent default to None (empty leaves) for a Meta made by
 # hand
 Meta = namedtuple("Meta", "version worker env seq generation control "
                          "agent", defaults=(None, None))
+Meta.__doc__ = """Where each env column of a fragment comes from, each
+``(B,)`` int64: the parameter ``version``, the ``worker``, the global
+``env`` column, the worker's fragment number ``seq``, its envs'
+``generation``, the ``control`` number of ``call_envs`` calls applied and
+the column's ``agent``; see :mod:`rlplay.engine.core.layout`."""
 Fragment = namedtuple(
     "Fragment", "state truncated final actor env env_mask hx stats meta "
                 "acted", defaults=(None,))

@@ -75,8 +75,8 @@ keyword             default    meaning
 ``shutdown_timeout`` 5 s       how long ``close()`` waits for the workers
                                before terminating them
 ``restarts``        0          the budget of worker replacements for the
-                               run (see the README's "When environments
-                               crash")
+                               run (see "When environments crash" in
+                               docs/concepts/order-and-generations.md)
 ``restart_delay``   1 s        seconds before a replacement starts
 ``cpu_affinity``    ``None``   where the workers run: ``None`` (where the
                                OS puts them), ``'auto'`` (worker ``i`` on

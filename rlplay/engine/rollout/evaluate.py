@@ -207,17 +207,6 @@ class Evaluator(Supervised, Breakable):
         ``None``: nothing is rendered. A directory that cannot be made
         or written to is refused up front (``ValueError``).
 
-    The keywords every generator shares (``entropy``, ``start_method``,
-    the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``,
-    ``resume``, ``actor_device``) are
-    documented once, in
-    :mod:`rlplay.engine.rollout`; here ``timeout`` is the default bound of
-    :meth:`result` (300 s: the worker is silent for a whole evaluation),
-    ``start_timeout`` is added to it while the worker starts, the envs
-    and generators are seeded at collector index
-    :data:`~rlplay.engine.seeds.EVAL_COLLECTOR` of ``entropy``, and a
-    ``restarts`` replacement plays the outstanding evaluation again.
-
     Attributes
     ----------
     process : multiprocessing.Process
@@ -233,6 +222,18 @@ class Evaluator(Supervised, Breakable):
         worker spent evaluating, in all), ``last`` (the last
         :class:`Evaluation`), ``restarts`` and ``workers`` (the worker's
         ``restarts``, ``lost`` evaluations and ``last_cause``).
+
+    Notes
+    -----
+    The keywords every generator shares (``entropy``, ``start_method``,
+    the timeouts, ``restarts``, ``restart_delay``, ``cpu_affinity``,
+    ``resume``, ``actor_device``) are documented once, in
+    :mod:`rlplay.engine.rollout`; here ``timeout`` is the default bound of
+    :meth:`result` (300 s: the worker is silent for a whole evaluation),
+    ``start_timeout`` is added to it while the worker starts, the envs and generators are seeded at
+    collector index :data:`~rlplay.engine.seeds.EVAL_COLLECTOR` of
+    ``entropy``, and a ``restarts`` replacement plays the outstanding
+    evaluation again.
 
     Examples
     --------

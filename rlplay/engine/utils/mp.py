@@ -67,6 +67,7 @@ __all__ = [
     "set_cpu_affinity",
 ]
 
+# the start method of the process-based generators when none is given
 DEFAULT_START_METHOD = ("forkserver" if "forkserver" in
                         multiprocessing.get_all_start_methods() else "spawn")
 

@@ -1,0 +1,181 @@
+"""The documentation site builds (``mkdocs build --strict``: a broken link,
+anchor or cross-reference fails it) and holds what it promises: the API
+reference rendered from the docstrings, for every public name; the figure
+of the batch layout, as its script draws it; a page for every notebook;
+the generators' timelines as their modules' docstrings draw them.
+
+Skipped where the documentation's tools are missing (``pip install
+rlplay[docs]``, which ``make docs`` and ``make test`` install).
+"""
+import ast
+import importlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import pytest
+
+from bounds import DOCS_BUILD  # the reason in bounds.py
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+TOOLS = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python",
+         "mkdocs_jupyter")
+# the modules whose public names (``__all__``) the API reference documents
+MODULES = [
+    "rlplay", "rlplay.engine", "rlplay.engine.rollout",
+    "rlplay.engine.rollout.same", "rlplay.engine.rollout.single",
+    "rlplay.engine.rollout.multi", "rlplay.engine.rollout.cluster",
+    "rlplay.engine.rollout.evaluate", "rlplay.engine.rollout.episodic",
+    "rlplay.engine.core", "rlplay.engine.envs", "rlplay.engine.actor",
+    "rlplay.engine.returns", "rlplay.engine.replay", "rlplay.engine.norm",
+    "rlplay.engine.lanes", "rlplay.engine.errors", "rlplay.engine.seeds",
+    "rlplay.engine.nested", "rlplay.engine.shared", "rlplay.engine.pool",
+    "rlplay.engine.video", "rlplay.engine.utils", "rlplay.envs",
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    for tool in TOOLS:
+        pytest.importorskip(tool, reason="pip install rlplay[docs]")
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+         "--site-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=DOCS_BUILD)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return out
+
+
+def _inventory(path):
+    """The names of a Sphinx inventory (``objects.inv``, version 2)."""
+    data = path.read_bytes()
+    for _ in range(4):  # four header lines, then zlib
+        data = data[data.index(b"\n") + 1:]
+    lines = zlib.decompress(data).decode().splitlines()
+    return {line.split(" ", 1)[0] for line in lines}
+
+
+def _resolve(path):
+    """The object at a dotted path, or a sentinel."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[cut:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            return object()
+        return obj
+    return object()
+
+
+def test_the_api_reference_renders_the_docstrings(site):
+    core = (site / "api" / "core.html").read_text()
+    assert 'id="rlplay.engine.core.Fragment"' in core
+    assert "A fragment of" in core  # Fragment's docstring, set by assignment
+    same = (site / "api" / "same.html").read_text()
+    assert 'id="rlplay.engine.rollout.same.rollout"' in same
+    assert "Collect fragments in this process" in same
+    assert "learner (the only process)" in same  # the protocol's timeline
+    # the numpydoc sections, and a cross-reference between pages
+    assert "Parameters:" in same or ">Parameters<" in same
+    assert re.search(r'<a class="autorefs autorefs-internal"[^>]*'
+                     r'href="actor\.html#rlplay\.engine\.actor\.', same)
+    # reStructuredText roles and tables are rewritten, not shown raw
+    layout = (site / "api" / "rollout.html").read_text()
+    assert ":class:`" not in layout and ":func:`" not in layout
+    assert "<table>" in layout and "=======" not in layout
+
+
+def test_every_public_name_is_documented(site):
+    names = _inventory(site / "objects.inv")
+    by_last = {}
+    for name in names:
+        by_last.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+    missing = []
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        assert module_name in names, module_name
+        for name in module.__all__:
+            if name.startswith("__"):
+                continue
+            if f"{module_name}.{name}" in names:
+                continue
+            obj = getattr(module, name)
+            if not any(_resolve(path) is obj
+                       for path in by_last.get(name, ())):
+                missing.append(f"{module_name}.{name}")
+    assert not missing, f"not in the API reference: {missing}"
+
+
+def test_the_layout_page_has_its_figure(site):
+    page = (site / "concepts" / "batch-layout.html").read_text()
+    assert re.search(r'<img[^>]+src="\.\./figures/layout\.svg"', page)
+    assert (site / "figures" / "layout.svg").is_file()
+    assert page.count("<table>") >= 1 and "<td><code>acted</code></td>" in page
+
+
+def test_the_figure_is_the_scripts():
+    namespace = {}
+    script = DOCS / "figures" / "make_layout.py"
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    assert namespace["svg"]() == (DOCS / "figures" / "layout.svg").read_text(), (
+        "run python docs/figures/make_layout.py")
+
+
+def test_every_notebook_is_a_tutorial_page(site):
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) >= 12
+    index = (site / "tutorials" / "index.html").read_text()
+    for notebook in notebooks:
+        page = site / "tutorials" / f"{notebook.stem}.html"
+        assert page.is_file(), notebook.name
+        assert "jp-Notebook" in page.read_text(), notebook.name
+        assert f'href="{notebook.stem}.html"' in index, notebook.name
+    # the figures that the notebooks show sit beside their pages
+    for figure in (ROOT / "notebooks").glob("*.png"):
+        assert (site / "tutorials" / figure.name).is_file()
+
+
+def test_the_home_page_includes_the_readme(site):
+    home = (site / "index.html").read_text()
+    assert "make demo" in home and "same.rollout" in home
+    assert "--8&lt;--" not in home and "--8<--" not in home
+
+
+def _timelines(module):
+    """The literal blocks (``::``) of a module's docstring, dedented."""
+    path = ROOT / "rlplay" / "engine" / "rollout" / f"{module}.py"
+    lines = ast.get_docstring(ast.parse(path.read_text())).split("\n")
+    blocks = []
+    for i, line in enumerate(lines):
+        if line.rstrip().endswith("::"):
+            block = []
+            for line in lines[i + 2:]:
+                if line.strip() and not line.startswith("    "):
+                    break
+                block.append(line)
+            blocks.append(textwrap.dedent("\n".join(block)).strip())
+    return blocks
+
+
+def test_the_timelines_are_the_docstrings():
+    page = (DOCS / "concepts" / "generators.md").read_text()
+    shown = [block.strip() for block in
+             re.findall(r"```text\n(.*?)```", page, flags=re.S)]
+    drawn = [block for module in ("same", "single", "multi", "cluster",
+                                  "evaluate") for block in _timelines(module)]
+    assert len(shown) >= 7
+    for block in shown:
+        assert block in drawn, f"not in a module's docstring:\n{block}"
