@@ -5,7 +5,7 @@ run it after ``pip install rlplay`` (and the extra a block names). A
 block's id names its file and line.
 
 A block may be preceded by one marker, an HTML comment that the rendered
-rendered page does not show:
+page does not show:
 
 - ``<!-- args: A B -->``: the script is run with these arguments;
 - ``<!-- not run: reason -->``: the block is not run, for the reason given
@@ -17,8 +17,8 @@ holds no copy of its blocks: they run once, as README.md's.
 
 The scripts import this checkout's rlplay (``PYTHONPATH``), and the
 ``demo`` extra (tqdm) is hidden from them: the examples need rlplay
-alone. A block that uses Ray (or mpe2) is skipped where it is
-missing.
+alone. A block that uses Ray (or mpe2, or TensorBoard's writer) is
+skipped where it is missing.
 """
 import os
 import re
@@ -36,7 +36,8 @@ BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
                    r"```python\n(.*?)```\n", flags=re.S)
 # what a block needs, by what it says: the module that must be importable
 NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
-         "import simple_spread": "mpe2"}
+         "import simple_spread": "mpe2",
+         "import SummaryWriter": "tensorboard"}
 # a bound on one block (bounds.py says why)
 from bounds import MARGIN, DOC_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there
