@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the modules of each extra of setup.cfg (the test below checks that every
 # extra is listed)
 EXTRA_MODULES = {
-    "test": ("pytest", "pytest_timeout"),
+    "test": ("pytest", "pytest_timeout", "xdist"),
     "notebooks": ("nbclient", "nbformat", "ipykernel", "matplotlib",
                   "jupyterlab"),
     "demo": ("tqdm",),
@@ -57,6 +57,7 @@ EXTRA_MODULES = {
     "video": ("PIL", "pygame"),
     "bench": ("torchrl", "tensordict", "stable_baselines3", "supersuit",
               "mpe2", "pymunk"),
+    "docs": ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter"),
 }
 
 # what the fresh interpreter runs (``-I``: no PYTHONPATH, no user site, no
