@@ -44,8 +44,13 @@ $(DOCS_STAMP): $(SETUP)
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rlplay.demo
 
+# two processes (pytest-xdist), as many as CI's cores: the tests spend
+# much of their time waiting on workers, kernels and timeouts; every test
+# on Ray runs in one of them (tests/conftest.py)
+TEST_PROCESSES ?= 2
+
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup
 
 # strict: a broken link, anchor or cross-reference fails the build
 docs: $(DOCS_STAMP)

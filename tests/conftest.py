@@ -183,8 +183,22 @@ def no_child_left_behind():
 _EXTRAS = {"rlplay.engine.rollout.cluster": "ray"}
 
 
+def _uses_ray(item):
+    """Whether ``item`` runs on Ray: the session's (``ray_cluster``), a
+    ``cluster`` case of a test over every generator, a ``ray start``
+    cluster, the cluster notebook or doctests."""
+    return ("ray_cluster" in getattr(item, "fixturenames", ())
+            or "cluster" in item.nodeid)
+
+
 def pytest_collection_modifyitems(config, items):
+    # with pytest-xdist (make test runs two processes, --dist loadgroup),
+    # every test on Ray runs in one of them: one local Ray for the session,
+    # and the ports of a ``ray start`` cluster taken by one test at a time
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
+        if grouped and _uses_ray(item):
+            item.add_marker(pytest.mark.xdist_group("ray"))
         if not isinstance(item, pytest.DoctestItem):
             continue
         needs = _EXTRAS.get(item.dtest.globs.get("__name__", ""))
