@@ -194,10 +194,15 @@ def test_stats():
     actor = RuleActor()
     with single.rollout(factory_with_ends, actor, T, B,
                         start_method="fork") as feed:
-        for batch in itertools.islice(feed, 3):
+        for k, batch in enumerate(itertools.islice(feed, 3)):
             returns, lengths = episode_stats(batch)
             assert np.array_equal(feed.stats["returns"], returns)
             assert np.array_equal(feed.stats["lengths"], lengths)
+            # the version of this next() (the calls before it, as same's),
+            # lag its distance to the fragment's: 1 from the second on
+            assert feed.stats["version"] == k
+            assert feed.stats["lag"] == k - int(batch.meta.version.min())
+            assert feed.stats["lag"] == min(k, 1)
         stats = feed.stats
     assert stats["batches"] == 3 and stats["steps"] == 3 * T * B
     assert len(stats["lengths"]) > 0

@@ -136,12 +136,18 @@ key                        meaning
                            *worker*-second, the speed of one worker; with
                            ``n`` busy workers the learner may get up to
                            ``n`` times as many per second
-``version``                the parameter version of the last ``next()``:
-                           the number of ``next()`` calls before it, each
-                           of which publishes the actor's parameters,
-                           *changed or not* (21 batches without training
-                           end at version 20); ``meta.version`` of a
-                           fragment counts the same way
+``version``                the parameter version of the last ``next()``,
+                           which publishes the actor's parameters,
+                           *changed or not*: ``same`` and ``single``
+                           count the ``next()`` calls before it (21
+                           batches without training end at version 20;
+                           the first fragment is collected with the
+                           actor as it is), ``multi`` and ``cluster``
+                           those up to it (each ``next()`` publishes
+                           before it waits: 21 end at 21, the first
+                           fragments being of version 0);
+                           ``meta.version`` of a fragment counts the
+                           same way
 ``lag``                    the largest ``version - meta.version`` in the
                            last batch
 ``returns``, ``lengths``   of the episodes that ended in the last batch

@@ -29,8 +29,9 @@ class Stats(dict):
     training included), ``steps_per_s_collect`` (``steps /
     time_collect``: per worker-second), ``returns`` and ``lengths`` of
     the episodes that ended in the last batch, ``version`` (the parameter
-    version of the last ``next()``: the number of ``next()`` calls before
-    it, changed parameters or not), ``lag`` (the largest ``version -
+    version of the last ``next()``, changed parameters or not: the
+    ``next()`` calls before it for ``same`` and ``single``, up to it for
+    ``multi`` and ``cluster``), ``lag`` (the largest ``version -
     meta.version`` in the last batch), ``dropped`` (stale fragments
     dropped), ``restarts`` (workers replaced) and ``workers`` (one dict
     per worker). Times and counts are cumulative.

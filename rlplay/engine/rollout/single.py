@@ -164,11 +164,12 @@ class Rollout(Supervised, Generator):
         self._held = arrival
         waited = time.perf_counter() - tic
         batch = self.delivery.from_shared(self.buffers[arrival.index].pyt)
+        lag = int(k > first)  # the version published now, over #k's
         stats.batch(self.buffers[arrival.index].npy, waited=waited,
                     collected=shared.time_collect - stats["time_collect"],
                     worker_waited=shared.time_worker_wait
-                    - stats["time_worker_wait"], version=arrival.version,
-                    lag=int(k > first))
+                    - stats["time_worker_wait"],
+                    version=arrival.version + lag, lag=lag)
         stats["restarts"] = supervisor.restarts
         return batch
 
