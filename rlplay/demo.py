@@ -133,13 +133,20 @@ def ppo_update(actor, optim, batch):
     return {key: total / n_updates for key, total in sums.items()}
 
 
+class _NoCurves:
+    """The writer without ``--logdir``: its curves go nowhere."""
+
+    def add_scalar(self, tag, value, global_step=None):
+        pass
+
+
 def writer_opener(logdir, parser):
     """What opens the writer of the curves, given ``logdir``: TensorBoard's
     ``SummaryWriter`` (a context manager that closes it) or, without a
-    ``logdir``, a null context that gives ``None``. A missing TensorBoard
-    is refused here, before anything starts."""
+    ``logdir``, a null context that gives a writer of nothing. A missing
+    TensorBoard is refused here, before anything starts."""
     if logdir is None:
-        return lambda logdir: contextlib.nullcontext()
+        return lambda logdir: contextlib.nullcontext(_NoCurves())
     try:  # imported only when asked for: TensorBoard is an extra
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
@@ -148,7 +155,8 @@ def writer_opener(logdir, parser):
     return SummaryWriter
 
 
-def main(argv=None):
+def parse_args(argv):
+    """The demo's arguments, and what opens the writer of its curves."""
     parser = argparse.ArgumentParser(prog="python -m rlplay.demo",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--generator", choices=["single", "same"],
@@ -164,7 +172,11 @@ def main(argv=None):
                         "event files in this directory (needs "
                         "rlplay[tensorboard])")
     args = parser.parse_args(argv)
-    open_writer = writer_opener(args.logdir, parser)
+    return args, writer_opener(args.logdir, parser)
+
+
+def main(argv=None):
+    args, open_writer = parse_args(argv)
 
     torch.set_num_threads(1)   # a tiny MLP: threads only add overhead
     torch.manual_seed(args.seed)
@@ -197,12 +209,11 @@ def main(argv=None):
             recent.extend(episode_stats(batch)[0])
             bar.update(batch.state.rew[1:].numel())
             mean_return = np.mean(recent) if recent else 0.0
-            if writer is not None:
-                log_stats(writer, feed.stats, n_steps, prefix="rollout/")
-                train = {"lr": lr, **losses}
-                if recent:
-                    train["return"] = mean_return
-                log_stats(writer, train, n_steps, prefix="train/")
+            log_stats(writer, feed.stats, n_steps, prefix="rollout/")
+            train = {"lr": lr, **losses}
+            if recent:
+                train["return"] = mean_return
+            log_stats(writer, train, n_steps, prefix="train/")
             bar.set_postfix({"return": f"{mean_return:.1f}",
                              "best eval": f"{best:.1f}"})
 
@@ -215,9 +226,8 @@ def main(argv=None):
                 if score >= best:
                     best, best_params = score, pending[1]
                 n_perfect = n_perfect + 1 if score >= MAX_RETURN else 0
-                if writer is not None:
-                    log_stats(writer, {"return": score, "best": best},
-                              pending[2], prefix="eval/")
+                log_stats(writer, {"return": score, "best": best},
+                          pending[2], prefix="eval/")
                 pending = None
             if n_perfect >= N_PERFECT:
                 outcome = "solved"
@@ -244,9 +254,8 @@ def main(argv=None):
             actor.load_state_dict(best_params)
         evaluator.submit(actor)
         returns = evaluator.result().returns
-        if writer is not None:
-            log_stats(writer, {"final_return": float(np.mean(returns))},
-                      n_steps, prefix="eval/")
+        log_stats(writer, {"final_return": float(np.mean(returns))},
+                  n_steps, prefix="eval/")
 
     during = (f"best evaluation {best:.1f}" if best_params is not None
               else "no evaluation finished during training")
