@@ -23,10 +23,9 @@ STATE_FORMAT = "rlplay.episodes/1"
 EpisodeMeta = namedtuple(
     "EpisodeMeta", "worker env generation version_first version_last seq")
 EpisodeMeta.__doc__ = """Where each of ``n`` episodes comes from, each
-``(n,)`` int64: its ``worker``, ``env`` column and ``generation``, the
-parameter versions of its first and last fragment (``version_first``,
-``version_last``) and the ``seq`` of its first fragment; see
-:mod:`rlplay.engine.rollout.episodic`."""
+``(n,)`` int64: its ``worker``, ``env`` column, ``generation``, the
+versions of its first and last fragment (``version_first``,
+``version_last``), the ``seq`` of its first fragment (see ``episodic``)."""
 PaddedEpisodes = namedtuple(
     "PaddedEpisodes", "obs act rew actor env env_mask mask terminated "
     "truncated hx ret length meta")
