@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # extra is listed)
 EXTRA_MODULES = {
     "test": ("pytest", "pytest_timeout", "xdist"),
-    "notebooks": ("nbclient", "nbformat", "ipykernel", "matplotlib",
+    "notebooks": ("nbclient", "nbformat", "ipykernel", "matplotlib", "tqdm",
                   "jupyterlab"),
     "demo": ("tqdm",),
     "tensorboard": ("tensorboard",),
