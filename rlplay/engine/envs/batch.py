@@ -42,7 +42,7 @@ import numpy as np
 
 from ..nested import flatten, suply
 from ..seeds import reset_seed
-from .control import call_env
+from .control import call_env, call_source
 from .making import check_step, close_envs, reset, reward
 from .rows import (_ACT_SCALARS, _act_kind, _env_actions, _obs_writer,
                    _write_env_info)
@@ -341,6 +341,25 @@ class EnvList(EnvBatch):
 
     def close(self, quiet=False):
         close_envs(self.envs, quiet=quiet)
+
+
+class SourceBatch(EnvBatch):
+    """An env batch over one source object, ``self.source`` (a vector
+    env, EnvPool's, a torch-native source): an env call goes to it as to
+    a vector source (:func:`~.control.call_source`), and closing the batch
+    closes it."""
+
+    source = None
+
+    def call(self, name, args, kwargs, *, first=0):
+        call_source(self, name, args, kwargs, first)
+
+    def close(self, quiet=False):
+        try:
+            self.source.close()
+        except Exception:  # noqa: BLE001 - re-raised unless quiet
+            if not quiet:
+                raise
 
 
 def _check_cast(casts, tree, j, obs, t, reset):

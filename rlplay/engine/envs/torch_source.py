@@ -70,8 +70,7 @@ from gymnasium.vector import (AsyncVectorEnv, AutoresetMode, SyncVectorEnv,
 
 from ..nested import StructureError, check_structure, suply
 from ..seeds import reset_seed
-from .batch import EnvBatch
-from .control import call_source
+from .batch import SourceBatch
 from .making import check_step
 from .spaces import space_example
 
@@ -124,7 +123,7 @@ def source_device(made):
     return None
 
 
-class TorchSource(EnvBatch):
+class TorchSource(SourceBatch):
     """A torch-native source of ``num_envs`` columns (see the module
     docstring).
 
@@ -367,17 +366,6 @@ class TorchSource(EnvBatch):
                         f"numpy ones")
 
     step = reset
-
-    def call(self, name, args, kwargs, *, first=0):
-        # as a vector source's (VectorEnv.call, or the source's own method)
-        call_source(self, name, args, kwargs, first)
-
-    def close(self, quiet=False):
-        try:
-            self.source.close()
-        except Exception:  # noqa: BLE001 - re-raised unless quiet
-            if not quiet:
-                raise
 
 
 # ------------------------------------------------------------------ helpers

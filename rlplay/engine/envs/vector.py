@@ -47,8 +47,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
-from .batch import _CALM, EnvBatch, Stepped, _check_cast
-from .control import call_source
+from .batch import _CALM, SourceBatch, Stepped, _check_cast
 from .making import check_step, reward
 from .rows import _obs_writer
 from .spaces import space_example
@@ -60,7 +59,7 @@ __all__ = ["VectorSource"]
 SEED_BOUND = 2**31
 
 
-class VectorSource(EnvBatch):
+class VectorSource(SourceBatch):
     """A Gymnasium ``VectorEnv`` of ``k = num_envs`` envs as an
     :class:`~.batch.EnvBatch` of ``k`` columns (see the module docstring).
 
@@ -294,16 +293,6 @@ class VectorSource(EnvBatch):
             if lost is not None:
                 mask = mask & ~lost
             _write_key(dst, out.info_mask[key], info, key, mask)
-
-    def call(self, name, args, kwargs, *, first=0):
-        call_source(self, name, args, kwargs, first)
-
-    def close(self, quiet=False):
-        try:
-            self.source.close()
-        except Exception:  # noqa: BLE001 - re-raised unless quiet
-            if not quiet:
-                raise
 
 
 # ------------------------------------------------------------------ helpers
