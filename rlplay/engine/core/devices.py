@@ -32,7 +32,30 @@ from ..nested import suply
 from ..shared import copy_
 from .policy import LocalPolicy
 
-__all__ = ["DevicePolicy", "module_device", "normal_device"]
+__all__ = ["DevicePolicy", "as_device", "module_device", "normal_device"]
+
+
+def as_device(device, name="device", *, alternative=""):
+    """``device`` (a ``torch.device`` or a string) as a ``torch.device``,
+    with no check that it is present.
+
+    Raises
+    ------
+    TypeError
+        Not a device, naming ``name`` (and ``alternative``, what else the
+        argument may be, for the message).
+    ValueError
+        A string that names no device.
+    """
+    if isinstance(device, bool) or not isinstance(device, (str,
+                                                           torch.device)):
+        raise TypeError(f"{name} must be a device (a torch.device or a "
+                        f"string such as 'cpu' or 'cuda:0'){alternative}, "
+                        f"got {type(device).__name__} {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"{name}={device!r} is not a device: {exc}") from None
 
 
 def normal_device(device, name="device"):
@@ -42,20 +65,12 @@ def normal_device(device, name="device"):
 
     Raises
     ------
-    TypeError
-        Not a device, naming ``name``.
+    TypeError, ValueError
+        Not a device, naming ``name`` (see :func:`as_device`).
     RuntimeError
         A CUDA device where CUDA is absent.
     """
-    if isinstance(device, bool) or not isinstance(device, (str,
-                                                           torch.device)):
-        raise TypeError(f"{name} must be a torch.device or a string such as "
-                        f"'cpu' or 'cuda:0', got {type(device).__name__} "
-                        f"{device!r}")
-    try:
-        device = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"{name}={device!r} is not a device: {exc}") from None
+    device = as_device(device, name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError(

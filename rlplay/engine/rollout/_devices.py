@@ -19,7 +19,7 @@ checked up front, before anything starts.
 import torch
 
 from ..core import module_device
-from ..core.devices import normal_device
+from ..core.devices import as_device, normal_device
 
 __all__ = ["same_device", "worker_devices"]
 
@@ -50,16 +50,8 @@ def same_device(actor, actor_device):
 
 
 def _parse(device):
-    if isinstance(device, bool) or not isinstance(device, (str,
-                                                           torch.device)):
-        raise TypeError(f"actor_device must be a device (a torch.device or "
-                        f"a string such as 'cuda:0'), or a list of one per "
-                        f"worker, got {type(device).__name__} {device!r}")
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"actor_device={device!r} is not a device: "
-                         f"{exc}") from None
+    return as_device(device, "actor_device",
+                     alternative=", or a list of one per worker")
 
 
 def worker_devices(actor_device, n_workers, *, start_method=None,
