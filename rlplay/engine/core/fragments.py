@@ -234,7 +234,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     checking = mode == "always" or (mode == "first"
                                     and not ctx.spaces_checked)
     policy = _policy_of(ctx, actor)
-    policy_step = policy.step
+    step_at = policy.step_at
     npy, pyt = buffer
     views = ctx.views(buffer)
     envs, T = ctx.envs, len(views.steps)
@@ -260,11 +260,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     for t in range(T):
         step = views.steps[t]
         row_next = step.row_next
-        if t:
-            act, hx_next, info = policy_step(step.actor_in, hx)
-        else:  # once per fragment, the checks of a real call
-            act, hx_next, info = policy.checked_step(step.actor_in, hx,
-                                                     step.act_out)
+        act, hx_next, info = step_at(t, step.actor_in, hx, step.act_out)
         copy_info(step.info_out, info)
         copy_act(step.act_out, act)
         if checking:

@@ -104,6 +104,14 @@ class LocalPolicy:
         _check_info(info, row.fin.shape[1])
         return act, hx_next, info
 
+    def step_at(self, t, row, hx, act_like):
+        """The step of row ``t`` of a fragment: :meth:`checked_step` at
+        ``t = 0`` (once per fragment, the checks of a real call), else
+        :meth:`step`; both fragment loops call this."""
+        if t:
+            return self.step(row, hx)
+        return self.checked_step(row, hx, act_like)
+
     def lookahead(self, row, hx):
         """The ``info`` of a virtual step from ``row`` (the last row of a
         fragment)."""

@@ -180,16 +180,12 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     hx = ctx.hx
     copy_(work.hx, hx)
     copy_info, copy_act = _copier(work.actor), _copier(work.state.act)
-    clip, advance, policy_step = ctx.clip_actions, envs.advance, policy.step
+    clip, advance, step_at = ctx.clip_actions, envs.advance, policy.step_at
     views.running[0].copy_(ctx.ret)
     # a feed-forward actor's hx is (): nothing to reset
     stateless = type(hx) is tuple and not hx
     for t, step in enumerate(views.steps):
-        if t:
-            act, hx_next, info = policy_step(step.row, hx)
-        else:  # once per fragment, the checks of a real call
-            act, hx_next, info = policy.checked_step(step.row, hx,
-                                                     step.act_out)
+        act, hx_next, info = step_at(t, step.row, hx, step.act_out)
         copy_info(step.info_out, info)
         copy_act(step.act_out, act)
         rew, _, lost = advance(clip(step.act_env), step.out)
