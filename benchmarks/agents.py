@@ -12,6 +12,11 @@ envs (``3 * envs`` agents):
 ``same.rollout``, ``multi.rollout.2xk``
     rlplay, fragments of ``--steps`` steps (128) (``multi``: 2 workers of ``envs / 2``
     envs each, two fragments collated per batch);
+``ceiling.2xk``
+    the hand loop over ``envs / 2`` envs in each of 2 processes at once,
+    their rates summed: what the 2 cores do with the work alone, the bound
+    of any collector here (its ``x_peer`` is the most that ``multi``'s
+    could be; ``x_ceil``, ``multi``'s rate over it, per round);
 ``same.rollout.alternating``
     ``same.rollout`` and the hand loop fragment by fragment, in turn, in
     one window: its ``x_hand`` is the ratio within that window, which
@@ -33,6 +38,7 @@ rounds; each gives its median and spread (min-max). Nothing here asserts
 a timing.
 """
 import argparse
+import multiprocessing
 import os
 import sys
 import time
@@ -123,6 +129,39 @@ def hand_loop(n_envs):
 
 def run_hand(n_envs, seconds):
     return _timed(hand_loop(n_envs), N_STEPS * n_envs * N_AGENTS, seconds)
+
+
+def _ceiling_part(n_envs, seconds, barrier, out):
+    """One core of the ceiling: the hand loop over ``n_envs`` envs, timed
+    once every part has warmed up, so that the parts overlap."""
+    torch.set_num_threads(1)
+    fragment = hand_loop(n_envs)
+    fragment()
+    barrier.wait()
+    out.put(_timed(fragment, N_STEPS * n_envs * N_AGENTS, seconds))
+
+
+def run_ceiling(n_envs, seconds, n_cores=2):
+    """What ``n_cores`` cores do with the work and nothing else: the hand
+    loop over ``n_envs / n_cores`` envs in each of ``n_cores`` processes
+    at once, their agent steps per second summed (no collection, no
+    learner: the bound of any collector here, ``multi`` included)."""
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(n_cores), ctx.Queue()
+    parts = [ctx.Process(target=_ceiling_part, daemon=True,
+                         args=(n_envs // n_cores, seconds, barrier, out))
+             for _ in range(n_cores)]
+    for part in parts:
+        part.start()
+    try:
+        rates = [out.get(timeout=60 + 10 * seconds) for _ in parts]
+    finally:
+        for part in parts:
+            part.join(timeout=10)
+            if part.is_alive():
+                part.kill()
+                part.join()
+    return {"steps_per_s": sum(r["steps_per_s"] for r in rates)}
 
 
 def run_alternating(n_envs, seconds):
@@ -229,6 +268,7 @@ def rows(n_envs):
         Row("spread/same.rollout", lambda s: run_same(n_envs, s)),
         Row("spread/same.rollout.alternating",
             lambda s: run_alternating(n_envs, s)),
+        Row(f"spread/ceiling.2x{k}", lambda s: run_ceiling(n_envs, s)),
         Row(f"spread/multi.rollout.2x{k}", lambda s: run_multi(n_envs, s)),
         Row("spread/supersuit.sync",
             lambda s: run_supersuit(n_envs, s, 0)),
@@ -249,6 +289,7 @@ def report(results, skipped, failed, args):
     peers = [name for name in results
              if name.split("/")[1].startswith(("supersuit", "torchrl"))]
     multi_name = next((n for n in results if "multi.rollout" in n), None)
+    ceiling = values(next((n for n in results if "ceiling" in n), ""))
     records = []
     for name in results:
         item = record(name, "row", values(name))
@@ -256,12 +297,15 @@ def report(results, skipped, failed, args):
         x_hand = own or (paired(values(name), hand) if hand else None)
         if x_hand:
             item["x_hand"] = median(x_hand)
-        if name == multi_name and peers:
+        # multi over the fastest peer, and the most that 2 cores allow
+        if (name == multi_name or "ceiling" in name) and peers:
             best = {r: max(values(p).get(r, 0) for p in peers)
                     for r in values(name)}
             ratios = paired(values(name), best)
             if ratios:
                 item["x_peer"] = median(ratios)
+        if name == multi_name and paired(values(name), ceiling):
+            item["of_ceiling"] = median(paired(values(name), ceiling))
         records.append(item)
     for name, why in {**skipped, **failed}.items():
         records.append({"name": name, "skipped": why})
@@ -270,13 +314,15 @@ def report(results, skipped, failed, args):
         return
     print(f"simple_spread_v3, {args.envs} envs x {N_AGENTS} agents, "
           f"{args.rounds} rounds of {args.seconds} s; agent steps/s")
-    print(f"{'name':32} {'agent steps/s [min-max]':>30}  x_hand  x_peer")
+    print(f"{'name':32} {'agent steps/s [min-max]':>30}  x_hand  x_peer"
+          f"  x_ceil")
     for item in records:
         if "skipped" in item:
             print(f"{item['name']:32} skipped: {item['skipped']}")
             continue
         print(f"{item['name']:32} {spread(item):>30}  "
-              f"{fmt(item.get('x_hand')):>6}  {fmt(item.get('x_peer')):>6}")
+              f"{fmt(item.get('x_hand')):>6}  {fmt(item.get('x_peer')):>6}"
+              f"  {fmt(item.get('of_ceiling')):>6}")
 
 
 def main(argv=None):

@@ -263,7 +263,7 @@ def test_agents_prints_rlplay_and_its_peers():
     rows = json_rows(run("agents.py", "--json", "--seconds", "0.2",
                          "--rounds", "1", "--envs", "2", "--steps", "16"))
     names = ["hand", "same.rollout", "same.rollout.alternating",
-             "multi.rollout.2x1", "supersuit.sync",
+             "ceiling.2x1", "multi.rollout.2x1", "supersuit.sync",
              "supersuit.procs", "torchrl.collector", "torchrl.multi.2x1"]
     assert sorted(rows) == sorted(f"spread/{name}" for name in names)
     for name, row in rows.items():
@@ -273,7 +273,8 @@ def test_agents_prints_rlplay_and_its_peers():
         assert row["min"] <= row["steps_per_s"] <= row["max"]
         assert "x_hand" in row
     assert "x_peer" in rows["spread/multi.rollout.2x1"] or all(
-        "skipped" in rows[f"spread/{name}"] for name in names[4:])
+        "skipped" in rows[f"spread/{name}"] for name in names[5:])
+    assert 0 < rows["spread/multi.rollout.2x1"]["of_ceiling"]
 
 
 def test_torch_envs_prints_its_rows_and_says_without_a_gpu():
