@@ -21,25 +21,16 @@ SETUP := setup.cfg pyproject.toml constraints.txt
 
 .PHONY: demo test docs bench bench-torchrl dist clean
 
-$(DEMO_STAMP): $(SETUP)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[demo]'
-	touch $(DEMO_STAMP)
+# the extras each stamp installs
+EXTRAS_demo := demo
+EXTRAS_test := test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,docs
+EXTRAS_release := release
+EXTRAS_docs := docs
 
-$(TEST_STAMP): $(SETUP)
+$(VENV)/.installed-%: $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,docs]'
-	touch $(TEST_STAMP)
-
-$(RELEASE_STAMP): $(SETUP)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[release]'
-	touch $(RELEASE_STAMP)
-
-$(DOCS_STAMP): $(SETUP)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[docs]'
-	touch $(DOCS_STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS_$*)]'
+	touch $@
 
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rlplay.demo

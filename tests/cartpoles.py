@@ -12,7 +12,9 @@ their reset states from it (their ``np_random``): everything else
 - :func:`vector_reference`: Gymnasium's ``CartPoleVectorEnv`` (next-step
   autoreset, no partial reset: lost calls);
 - :func:`sync_reference`: a ``SyncVectorEnv`` of ``CartPoleEnv`` under a
-  ``TimeLimit``, in same-step or disabled autoreset.
+  ``TimeLimit``, in same-step or disabled autoreset;
+- :func:`counting`: a count of the tensors converted to numpy, for the
+  tests that a torch loop converts none.
 """
 import functools
 
@@ -26,7 +28,7 @@ from rlplay.engine import BaseActorModule
 from rlplay.envs import TorchCartPole
 
 __all__ = ["Oracle", "vector_reference", "sync_reference", "torch_cartpole",
-           "Balancer"]
+           "Balancer", "counting"]
 
 
 class Oracle:
@@ -150,3 +152,17 @@ class Balancer(BaseActorModule):
         push = (obs[..., 2] + 0.5 * obs[..., 3]) * self.w > 0
         act = (push ^ (stepno % 5 == 4)).long()
         return act, hx, {"sum": obs.sum(-1), "hx": hx.unsqueeze(0)}
+
+
+def counting(monkeypatch):
+    """The list that every later conversion of a tensor to numpy
+    (``Tensor.numpy``, ``Tensor.__array__``) appends its name to."""
+    calls = []
+    for name in ("numpy", "__array__"):
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, method=method, name=name, **kwargs):
+            calls.append(name)
+            return method(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return calls

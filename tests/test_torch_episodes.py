@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from cartpoles import Balancer, sync_reference, torch_cartpole, \
+from cartpoles import Balancer, counting, sync_reference, torch_cartpole, \
     vector_reference
 from rlplay.engine.core import DevicePolicy, evaluate, torch_episodes
 from rlplay.engine.envs import make_batch
@@ -115,14 +115,7 @@ def test_the_actor_behind_a_device_policy_gives_the_same():
 
 
 def test_no_row_is_converted_while_it_plays(monkeypatch):
-    calls, steps = [], []
-    for name in ("numpy", "__array__"):
-        method = getattr(torch.Tensor, name)
-
-        def counted(self, *args, method=method, name=name, **kwargs):
-            calls.append(name)
-            return method(self, *args, **kwargs)
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    calls, steps = counting(monkeypatch), []
     step = torch_episodes._Play.step
 
     def counted_step(self):

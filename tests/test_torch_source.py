@@ -25,7 +25,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from cartpoles import (Balancer, sync_reference, torch_cartpole,
+from cartpoles import (Balancer, counting, sync_reference, torch_cartpole,
                        vector_reference)
 from generators import assert_fragments_equal, without_version
 from rlplay.engine import Replay, RunningNorm, acted, episode_stats
@@ -100,18 +100,6 @@ def test_every_invariant_of_the_layout(mode):
         [np.stack(episode_stats(f)) for f in frags], axis=1)
     assert len(lengths) > 20
     np.testing.assert_array_equal(returns, lengths)  # a reward of 1
-
-
-def counting(monkeypatch):
-    calls = []
-    for name in ("numpy", "__array__"):
-        method = getattr(torch.Tensor, name)
-
-        def counted(self, *args, method=method, name=name, **kwargs):
-            calls.append(name)
-            return method(self, *args, **kwargs)
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    return calls
 
 
 @pytest.mark.parametrize("mode", MODES)
