@@ -26,6 +26,14 @@ STEADY = 10.0
 # check that none is left, not how long a stop takes
 SHUTDOWN = 2.0
 
+# ``shutdown_timeout=`` of the tests that read what each worker counted
+# at a clean stop (its ``collected``, reported by its answer to close()):
+# a live worker answers within a second or two, but on a loaded machine
+# (two test processes, Ray's own) an answer once took over 5 s, the
+# default, and the count was lost; a clean stop returns as soon as every
+# worker has answered, so the bound costs nothing when they do
+CLEAN_STOP = 60.0
+
 # ``start_timeout=``: a spawned worker (a fresh interpreter) imports torch
 # before its first fragment, seconds each on a busy 2-core machine
 START = 120.0

@@ -38,9 +38,9 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the bounds of the waits (their reasons in bounds.py)
-from bounds import (CLUSTER_SCRIPT, FAULT as BOUND, MARGIN,  # noqa: E402
-                    NODE_LOST, RAY_STEADY as STEADY, SCRIPT, SHUTDOWN,
-                    START)
+from bounds import (CLEAN_STOP, CLUSTER_SCRIPT, FAULT as BOUND,  # noqa: E402
+                    MARGIN, NODE_LOST, RAY_STEADY as STEADY, SCRIPT,
+                    SHUTDOWN, START)
 ENTROPY = 0
 
 
@@ -134,7 +134,7 @@ def test_max_lag_zero_is_on_policy():
     parameter changes (``shift`` changes the actions)."""
     actor = CountingActor()
     feed = make(counting_factory, actor, n_buffers=4, n_per_batch=2,
-                max_lag=0)
+                max_lag=0, shutdown_timeout=CLEAN_STOP)
     with feed:
         for k, batch in enumerate(itertools.islice(feed, 8)):
             assert feed.version == k + 1
@@ -159,7 +159,7 @@ def test_max_lag_drops_stale_fragments():
     reported is that of the oldest fragment."""
     actor = CountingActor()
     feed = make(counting_factory, actor, n_actors=1, n_buffers=3,
-                max_lag=1)
+                max_lag=1, shutdown_timeout=CLEAN_STOP)
     with feed:
         batch = next(feed)
         v0, s0 = feed.version, int(batch.meta.seq[0])
@@ -186,7 +186,8 @@ def test_sequence_numbers_have_no_gap_or_duplicate():
     B, n_batches = 2, 60
     feed = cluster.rollout(functools.partial(counting_factory, term_every=5),
                            CountingActor(), 4, 2, B, 3, 2, entropy=5,
-                           timeout=STEADY, start_timeout=START)
+                           timeout=STEADY, start_timeout=START,
+                           shutdown_timeout=CLEAN_STOP)
     seen = []
     with feed:
         for batch in itertools.islice(feed, n_batches):

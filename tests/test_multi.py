@@ -30,7 +30,8 @@ preload_forkserver(get_context("forkserver"),
                    ("pytest", "envs", "generators", __name__))
 
 # generous bounds: a failure is reported long before them
-from bounds import SCRIPT, STEADY as TIMEOUT  # the reasons in bounds.py
+from bounds import (CLEAN_STOP, SCRIPT,  # the reasons in bounds.py
+                    STEADY as TIMEOUT)
 
 
 # ------------------------------------------------------------ equivalence --
@@ -91,7 +92,8 @@ def test_every_fragment_delivered_exactly_once():
     n_actors, B, n_per_batch, n_batches = 3, 2, 2, 200
     feed = multi.rollout(functools.partial(counting_factory, term_every=7),
                          CountingActor(), 4, n_actors, B, 4, n_per_batch,
-                         entropy=5, start_method="fork", timeout=TIMEOUT)
+                         entropy=5, start_method="fork", timeout=TIMEOUT,
+                         shutdown_timeout=CLEAN_STOP)
     seen = []
     with closing(feed):
         for batch in itertools.islice(feed, n_batches):
@@ -117,7 +119,8 @@ def test_max_lag_drops_stale_fragments():
     dropped, counted, and its buffer reused; none is lost."""
     actor = CountingActor()
     feed = multi.rollout(counting_factory, actor, 4, 1, 2, 3, 1, entropy=0,
-                         max_lag=1, start_method="fork", timeout=TIMEOUT)
+                         max_lag=1, start_method="fork", timeout=TIMEOUT,
+                         shutdown_timeout=CLEAN_STOP)
     with closing(feed):
         batch = next(feed)
         v0, s0 = feed.version, int(batch.meta.seq[0])
@@ -146,7 +149,8 @@ def test_max_lag_zero_is_on_policy():
     parameter changes (``shift`` changes the actions)."""
     actor = CountingActor()
     feed = multi.rollout(counting_factory, actor, 3, 2, 2, 4, 2, entropy=0,
-                         max_lag=0, start_method="fork", timeout=TIMEOUT)
+                         max_lag=0, start_method="fork", timeout=TIMEOUT,
+                         shutdown_timeout=CLEAN_STOP)
     with closing(feed):
         for k, batch in enumerate(itertools.islice(feed, 12)):
             assert torch.all(batch.meta.version == feed.version)
