@@ -160,6 +160,8 @@ class _Play:
         self.draining = torch.zeros_like(self.active)
         # the columns whose first episode is over
         self.first_over = torch.zeros_like(self.active)
+        # the cuts without max_steps: none, allocated once
+        self.no_cut = torch.zeros_like(self.active)
         self.t, self.hx, self.stateless = 0, None, False
 
     def start(self, seed_sequences):
@@ -227,7 +229,7 @@ class _Play:
         done = ended & ~draining
         draining &= ~ended
         if self.max_steps is None:
-            cut = torch.zeros_like(done)
+            cut = self.no_cut
         else:  # not where an episode ended or a call was lost
             cut = counted & (accounts.length >= self.max_steps) \
                 & ~self.out.fin
