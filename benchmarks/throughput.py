@@ -33,7 +33,8 @@ from real_workloads import REAL_WORKLOADS, real_rows
 from rlplay.engine import PolicyActor
 from rlplay.engine.rollout import same
 from workloads import (N_ACTORS, N_CPUS, N_ENVS, WORKLOADS,
-                       MLPActor, hand_loop, make_cartpole_vec, make_envpool,
+                       MLPActor, hand_loop, hand_vector_loop,
+                       make_cartpole_vec, make_envpool,
                        n_cores, run_actor_alone, run_bare_loop, run_envs_alone,
                        run_generator, run_hand, run_hand_vector,
                        run_source_alone, run_vector)
@@ -95,14 +96,18 @@ def normalized(module, factory, actor, n_steps, *counts, steps_per_batch):
     return run
 
 
-def alternating(factory, actor, n_steps, n_envs):
+def alternating(factory, actor, n_steps, n_envs, vector=False):
     """A row's ``run``: ``same.rollout`` and the hand-written loop over the
-    same envs and actor, fragment by fragment in one window
-    (:func:`~harness.alternated`); same.rollout's steps/s, with ``x_hand``,
-    its ratio to the hand loop's in that window."""
+    same envs and actor (``n_envs`` single envs, or with ``vector`` the
+    vector env ``factory()``), fragment by fragment in one window
+    (:func:`~harness.alternated`); same.rollout's steps/s, with
+    ``x_hand``, its ratio to the hand loop's in that window."""
     def run(seconds):
         feed = same.rollout(factory, actor, n_steps, n_envs, entropy=0)
-        hand, close = hand_loop(factory, actor, n_steps, n_envs=n_envs)
+        if vector:
+            hand, close = hand_vector_loop(factory(), actor, n_steps, n_envs)
+        else:
+            hand, close = hand_loop(factory, actor, n_steps, n_envs=n_envs)
         try:
             with closing(feed):
                 rates = alternated({"same": lambda: next(feed), "hand": hand},
@@ -230,6 +235,9 @@ def vector_rows():
             f"1x{n_envs}"),
         row("same.rollout.make_vec", gen(same, make_cartpole_vec, n_envs),
             f"1x{n_envs}"),
+        row("same.rollout.make_vec.alternating",
+            alternating(make_cartpole_vec, actor, n_steps, n_envs,
+                        vector=True), f"1x{n_envs}"),
         row("same.rollout.envpool", envpool_row, f"1x{n_envs}"),
         row(f"multi.rollout.{N_ACTORS}x{n_envs}",
             gen(multi, make_cartpole_vec, N_ACTORS, n_envs, 2 * N_ACTORS,

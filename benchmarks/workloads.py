@@ -21,7 +21,7 @@ __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
            "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
            "make_envpool", "MLPActor", "PixelEnv", "NatureCNN", "CNNActor",
            "PIXEL_SHAPE", "WORKLOADS", "Arrays", "clipper", "random_actions",
-           "hand_loop",
+           "hand_loop", "hand_vector_loop",
            "run_hand", "run_vector", "run_hand_vector", "run_bare_loop",
            "run_generator", "run_envs_alone", "run_source_alone",
            "run_actor_alone", "n_cores"]
@@ -295,9 +295,10 @@ def run_hand_vector(make_venv, actor, n_steps, seconds, n_envs=N_VECTOR):
     return _run_venv(make_venv(), actor, n_steps, seconds, n_envs)
 
 
-def _run_venv(venv, actor, n_steps, seconds, n_envs):
-    """Time fragments of ``venv`` driven by ``actor`` into the arrays (one
-    actor call and one step call per row); closes ``venv``."""
+def hand_vector_loop(venv, actor, n_steps, n_envs=N_VECTOR):
+    """The hand-written loop over the vector env ``venv``: ``(fragment,
+    close)``, ``fragment()`` collecting one fragment of ``n_steps`` rows
+    into preallocated arrays, one actor call and one step call per row."""
     buf = Arrays(venv.single_observation_space, n_steps, n_envs,
                  venv.single_action_space)
     clip = clipper(venv.single_action_space)
@@ -312,11 +313,17 @@ def _run_venv(venv, actor, n_steps, seconds, n_envs):
                 clip(actions))
             np.logical_or(terminated, truncated, out=done[t])
         obs[0] = obs[n_steps]
+    return fragment, venv.close
 
+
+def _run_venv(venv, actor, n_steps, seconds, n_envs):
+    """Time fragments of ``venv`` driven by ``actor`` into the arrays (one
+    actor call and one step call per row); closes ``venv``."""
+    fragment, close = hand_vector_loop(venv, actor, n_steps, n_envs)
     try:
         return timed(fragment, n_steps * n_envs, seconds)
     finally:
-        venv.close()
+        close()
 
 
 def run_source_alone(make_venv, n_steps, seconds, n_envs=N_VECTOR):

@@ -96,3 +96,30 @@ def _fresh_rows(leaf):
     return leaf if leaf.ndim == 1 else leaf.copy()
 
 
+
+
+# ------------------------------------------------------- a few columns
+
+# up to this many columns are written one by one: a loop over a few ints
+# costs a fifth of numpy's indexing by a list (an env batch ends a few
+# episodes at a step, typically)
+FEW_COLUMNS = 8
+
+
+def put_at(dst, cols, value):
+    """``dst[cols] = value`` for a list of columns ``cols``."""
+    if len(cols) <= FEW_COLUMNS:
+        for j in cols:
+            dst[j] = value
+    else:
+        dst[cols] = value
+
+
+def copy_at(dst, src, cols):
+    """``dst[cols] = src[cols]`` for a list of columns ``cols`` (a whole
+    row of an image observation at a time where they are few)."""
+    if len(cols) <= FEW_COLUMNS:
+        for j in cols:
+            dst[j] = src[j]
+    else:
+        dst[cols] = src[cols]

@@ -49,7 +49,7 @@ from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
 from .batch import _CALM, SourceBatch, Stepped, _check_cast
 from .making import check_step, reward
-from .rows import _obs_writer
+from .rows import _obs_writer, copy_at, put_at
 from .spaces import space_example
 
 __all__ = ["VectorSource"]
@@ -188,7 +188,8 @@ class VectorSource(SourceBatch):
         _rewards(rew, out.rew, k, self.name, t)
         pending = self.pending if self._pending else None
         ends = terminated | truncated
-        any_end = ends.any()
+        # the columns that ended (nonzero(): a fifth of flatnonzero's cost)
+        ended = ends.nonzero()[0].tolist()
         casts = [] if check_casts else None
         # the common case inlined: one array of the declared batch shape
         if type(obs) is np.ndarray and obs.shape == self._batch_shape and (
@@ -200,27 +201,25 @@ class VectorSource(SourceBatch):
             self._write_info(info, out, ends, pending)
         lost = ()
         if pending is not None:  # reset observations no action led to
-            np.logical_or(out.fin, pending, out=out.fin)
-            np.copyto(out.rew, 0.0, where=pending)  # no reward either
-            lost = np.flatnonzero(pending).tolist()
-            pending[:] = False
+            lost = pending.nonzero()[0].tolist()
+            put_at(out.fin, lost, True)
+            put_at(out.rew, lost, 0.0)  # no reward either
+            pending.fill(False)
             self._pending = False
-        ended = ()
-        if any_end:
-            np.logical_or(out.fin, ends, out=out.fin)
+        if ended:
+            put_at(out.fin, ended, True)
             if out.truncated is not None:
-                np.logical_or(out.truncated, truncated & ~terminated,
-                              out=out.truncated)
-            ended = np.flatnonzero(ends).tolist()
-            self._end(ended, ends, obs, info, out, autoreset, casts)
+                put_at(out.truncated, [j for j in ended
+                                       if not terminated[j]], True)
+            self._end(ended, obs, info, out, autoreset, casts)
         if ended or lost or casts:
             return Stepped(ended, lost, casts or ())
         return _CALM
 
-    def _end(self, ended, ends, obs, info, out, autoreset, casts):
-        """The columns ``ended`` (the mask ``ends``): their true last
-        observations into ``out.final`` and, where the source lets rlplay
-        reset them now, the reset observations into ``out.obs``."""
+    def _end(self, ended, obs, info, out, autoreset, casts):
+        """The columns ``ended``: their true last observations into
+        ``out.final`` and, where the source lets rlplay reset them now, the
+        reset observations into ``out.obs``."""
         t, final = out.t, out.final
         if self.mode is AutoresetMode.SAME_STEP:
             if final is not None:
@@ -231,19 +230,17 @@ class VectorSource(SourceBatch):
                         _check_cast(casts, final, j, value, t, False)
             return
         # the step's observations are the true last ones (written already)
-        if final is not None:
-            if type(final) is np.ndarray:
-                np.copyto(final, out.obs, where=ends.reshape(
-                    -1, *[1] * (final.ndim - 1)))
-            else:
-                suply(_copy_columns, final, out.obs, cols=ended)
+        if type(final) is np.ndarray:
+            copy_at(final, out.obs, ended)
+        elif final is not None:
+            suply(copy_at, final, out.obs, cols=ended)
         if not autoreset:
             return
         if self.can_reset_columns:
             reset = self._reset_columns(ended)
             self._write_columns(out.obs, ended, reset, casts, t)
         else:  # the next call is lost: the source resets them then
-            np.logical_or(self.pending, ends, out=self.pending)
+            put_at(self.pending, ended, True)
             self._pending = True
 
     # ----------------------------------------------------------- writes --
@@ -321,7 +318,7 @@ def _rewards(value, out, k, name, t):
         if value.shape != (k,):
             raise ValueError(f"{name}.step() returned rewards of shape "
                              f"{value.shape} for its num_envs={k} envs")
-        np.copyto(out, value, casting="unsafe")
+        out[...] = value  # cast as np.copyto(casting="unsafe") would
         return
     value = np.asarray(value, dtype=object).reshape(-1)
     if value.shape != (k,):
@@ -341,10 +338,6 @@ def _copy_rows(dst, src, n):
 
 def _put_columns(dst, src, cols):
     dst[cols] = src
-
-
-def _copy_columns(dst, src, cols):
-    dst[cols] = src[cols]
 
 
 def _row(obs, j):
