@@ -17,11 +17,13 @@ import torch
 import rlplay.engine
 from envs import (ENV_INFO, CountingEnv, CyclingEnv, EpisodeInfoEnv,
                   StructuredEnv)
-from generators import CountingActor
+from generators import CountingActor, assert_fragments_equal
 from rlplay.engine import BaseActorModule, core
 from rlplay.engine.core import (Fragment, acted, collect, env_axes,
                                 episode_stats, prepare, startup)
+from rlplay.engine.core.finals import obs_is_final
 from rlplay.engine.nested import flatten, suply
+from rlplay.engine.rollout._batch import Collation
 from rlplay.engine.returns import frozen
 
 
@@ -48,11 +50,13 @@ class Recorder(BaseActorModule):
 
 
 def run(configs, n_steps, n_fragments, *, sticky=False, env_info=ENV_INFO,
-        final=True, env_cls=CountingEnv):
+        final=True, env_cls=CountingEnv, sparse_final=False, poison=None):
     """Collect fragments; return ``[(fragment copy, resets)]``.
 
     ``configs`` holds ``(term_every, trunc_at)`` per env; a tuple
     ``term_every`` gives the cycling episode lengths of a CyclingEnv.
+    ``poison`` fills ``final`` before each fragment (to see which of its
+    rows the loop writes).
     """
     envs = [CyclingEnv(k, trunc_at=n) if isinstance(k, tuple)
             else env_cls(term_every=k, trunc_at=n) for k, n in configs]
@@ -63,7 +67,11 @@ def run(configs, n_steps, n_fragments, *, sticky=False, env_info=ENV_INFO,
     actor.resets.clear()
     results = []
     for k in range(n_fragments):
-        out = collect(actor, buffer, ctx, sticky=sticky, version=10 + k)
+        if poison is not None:
+            for leaf in flatten(buffer.npy.final):
+                leaf[1:] = poison  # row 0 is the last fragment's row T
+        out = collect(actor, buffer, ctx, sticky=sticky, version=10 + k,
+                      sparse_final=sparse_final)
         assert out is buffer
         results.append((suply(np.copy, buffer.npy),
                         [at.tolist() for at in actor.resets]))
@@ -448,7 +456,7 @@ def test_fragments_match_the_model(configs, n_steps, sticky_, by_rows,
     either way (small observations by a masked copy, large ones row by
     row)."""
     if by_rows:
-        monkeypatch.setattr(core.fragments, "FILL_BY_ROWS", 0)
+        monkeypatch.setattr(core.finals, "FILL_BY_ROWS", 0)
     n_fragments = 6
     got = run(configs, n_steps, n_fragments, sticky=sticky_)
     want = simulate(configs, n_steps, n_fragments, sticky=sticky_)
@@ -458,6 +466,32 @@ def test_fragments_match_the_model(configs, n_steps, sticky_, by_rows,
         assert columns(fragment.actor["hx"]) == hx_rows, k
         assert resets == ended, k
         assert fragment.hx[0, :, 0].tolist() == [h[0] for h in hx_rows]
+
+
+@pytest.mark.parametrize("sticky_", [False, True], ids=["plain", "sticky"])
+@pytest.mark.parametrize("configs, n_steps", MODEL_CASES)
+def test_sparse_final_leaves_the_copies_of_obs_to_the_collation(
+        configs, n_steps, sticky_):
+    """With ``sparse_final``, the loop writes ``final`` only where an
+    episode ended and in row ``T`` (the next row 0), each such value as
+    the dense fragment holds it; the learner's collation of the sparse
+    fragment is the dense fragment, every leaf."""
+    dense = run(configs, n_steps, 6, sticky=sticky_)
+    sparse = run(configs, n_steps, 6, sticky=sticky_, sparse_final=True,
+                 poison=-1.0)
+    T = n_steps
+    for k, ((want, _), (got, _)) in enumerate(zip(dense, sparse)):
+        keep = obs_is_final(want.state.fin[1:], want.acted[1:], sticky_)
+        assert (got.final[1:T][keep[:-1]] == -1.0).all(), k  # unwritten
+        assert np.array_equal(got.final[1:][~keep], want.final[1:][~keep])
+        assert np.array_equal(got.final[[0, T]], want.final[[0, T]]), k
+        assert_fragments_equal(
+            suply(torch.from_numpy, got._replace(final=want.final)),
+            suply(torch.from_numpy, want))
+        collation = Collation(suply(torch.from_numpy, got), 1, 1,
+                              sticky=sticky_)
+        host, _ = collation.collate([Collation.sources(got)])
+        assert_fragments_equal(host, suply(torch.from_numpy, want))
 
 
 def test_the_model_agrees_with_the_worked_example():

@@ -36,12 +36,15 @@ from bounds import (CLEAN_STOP, SCRIPT,  # the reasons in bounds.py
 
 # ------------------------------------------------------------ equivalence --
 
-def test_equivalent_to_same_rollout():
+@pytest.mark.parametrize("sticky", [False, True], ids=["plain", "sticky"])
+def test_equivalent_to_same_rollout(sticky):
     """One worker, one fragment per batch: the fragments of same.rollout,
     every leaf, ``meta.version`` excepted (same.rollout records the batch
     number, multi.rollout the parameter version the worker loaded, which
-    depends on how far ahead it ran)."""
-    kwargs = dict(entropy=1234, env_info=ENV_INFO)
+    depends on how far ahead it ran). The worker leaves the copies of
+    ``obs`` in ``final`` to the collation, which makes them by the rule of
+    each (frozen rows, with ``sticky``, repeat the final of their end)."""
+    kwargs = dict(entropy=1234, env_info=ENV_INFO, sticky=sticky)
     ref = same.rollout(mixed_factory, CountingActor(), 6, 3, **kwargs)
     feed = multi.rollout(mixed_factory, CountingActor(), 6, 1, 3, 2, 1,
                          timeout=TIMEOUT, **kwargs)

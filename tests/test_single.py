@@ -15,7 +15,7 @@ from torch import nn
 from envs import ENV_INFO, CountingEnv, FaultyEnv, counting_factory
 from generators import without_version
 from rlplay.engine import BaseActorModule, PolicyActor, episode_stats
-from rlplay.engine.nested import tuply
+from rlplay.engine.nested import suply, tuply
 from rlplay.engine.rollout import same, single
 from rlplay.engine import WorkerError
 
@@ -67,17 +67,25 @@ def factory_with_ends(seed):
     return CountingEnv(trunc_at=4)
 
 
-@pytest.mark.parametrize("sticky, final", [(False, True), (True, False)])
-def test_equivalence_with_same(sticky, final):
+@pytest.mark.parametrize("sticky, final, copy", [
+    (False, True, True), (True, True, True), (True, False, True),
+    (False, True, False), (True, True, False)])
+def test_equivalence_with_same(sticky, final, copy):
+    """Every leaf of same's fragments; the worker leaves the copies of
+    ``obs`` in ``final`` to the learner, which makes them as it copies the
+    fragment (``copy=True``) or in the shared buffer (``copy=False``)."""
     actor = RuleActor().eval()
-    kwargs = dict(entropy=1234, sticky=sticky, final=final, env_info=ENV_INFO,
-                  copy=True)
+    kwargs = dict(entropy=1234, sticky=sticky, final=final, env_info=ENV_INFO)
     with closing(same.rollout(factory_with_ends, actor, T, B,
                               **kwargs)) as feed:
-        expected = list(itertools.islice(feed, 6))
+        expected = [suply(torch.clone, batch)
+                    for batch in itertools.islice(feed, 6)]
     with closing(single.rollout(factory_with_ends, actor, T, B,
-                                start_method="fork", **kwargs)) as feed:
-        got = list(itertools.islice(feed, 6))
+                                start_method="fork", copy=copy,
+                                **kwargs)) as feed:
+        # copy=False: the shared buffer, until the next next()
+        got = [suply(torch.clone, batch)
+               for batch in itertools.islice(feed, 6)]
     assert any(batch.truncated.any() for batch in got)
     assert any((batch.state.fin[1:] & ~batch.truncated[1:]).any()
                for batch in got)

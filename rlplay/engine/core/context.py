@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import envs as _envs
 from ..envs import RowOut
-from ..nested import flatten, getitem, suply
+from ..nested import getitem, suply
 from .accounting import Accounts
 from .checks import _SpaceChecks
 from .layout import _row_fields
@@ -54,17 +54,9 @@ class _Views:
                   ret=npy.stats.ret[t + 1], length=npy.stats.length[t + 1],
                   acted=npy.acted[t + 1])
             for t in range(T1 - 1)]
-        # (obs leaf, final leaf) pairs over rows 1..T and a (T, B) bool
-        # scratch with views of it shaped to broadcast against every obs
-        # leaf: `final` is the observation itself where no episode ended,
-        # copied once per fragment (np.copyto's `where`)
-        self.obs_final = [(obs_leaf[1:], final_leaf[1:])
-                          for obs_leaf, final_leaf in zip(
-                              flatten(npy.state.obs), flatten(npy.final))]
-        self.not_fin = np.empty((T1 - 1, B), bool)
-        self.not_fin_like = [
-            self.not_fin.reshape(*self.not_fin.shape, *[1] * (leaf.ndim - 2))
-            for leaf in flatten(npy.state.obs)]
+        # a (T, B) bool scratch: where `final` is the observation itself
+        # (.finals)
+        self.keep = np.empty((T1 - 1, B), bool)
 
 
 

@@ -17,11 +17,13 @@ import torch
 
 from .. import envs as _envs
 from ..envs import as_batch
+from ..envs.rows import put_at
 from ..nested import flatten, getitem, suply
 from ..shared import Aliased, aliased, copy_, torchify
 from .checks import (_CHECK_HINT, _final_label, _raise_cast, _reset_label,
                      _step_label)
 from .context import Context
+from .finals import fill_final
 from .layout import (EpisodeStats, Fragment, Meta, _check_counts,
                      _row_fields, _state_example, check_spaces_mode,
                      check_sticky)
@@ -189,7 +191,7 @@ def startup(envs, actor, buffer, seed_sequences=None, *, worker=0,
 
 @torch.no_grad()
 def collect(actor, buffer, ctx, *, sticky=False, version=0,
-            check_spaces="first"):
+            check_spaces="first", sparse_final=False):
     """Fill ``buffer`` in place with the next fragment of ``ctx``'s envs.
 
     Parameters
@@ -211,6 +213,12 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         of the first fragment collected with ``ctx`` (with the reset
         observations of :func:`startup` in its row 0); ``'always'``, every
         step of every fragment; ``'never'``.
+    sparse_final : bool
+        Write ``final`` only where an episode ended (and in row ``T``),
+        not the copies of the observation elsewhere: for a fragment that
+        its consumer completes as it copies it
+        (:mod:`~rlplay.engine.core.finals`); ignored by torch-native
+        sources.
 
     Returns
     -------
@@ -285,7 +293,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                                    _final_label(t), ended)
         if lost:  # the new episodes start here (see .layout)
             accounts.lose(lost, t)
-            step.acted[lost] = False
+            put_at(step.acted, lost, False)
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
             checks.reward(row_next.rew, t)
@@ -298,7 +306,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                 np.copyto(fin_np, row_next.fin)
                 hx = policy.reset(hx, fin_at.clone())
 
-    _end_fragment(policy, npy, views, ctx, hx, version, sticky)
+    _end_fragment(policy, npy, views, ctx, hx, version, sticky,
+                  sparse_final)
     if checking:
         ctx.spaces_checked = True
     return buffer
@@ -344,28 +353,19 @@ def _begin_checks(ctx, views):
     return checks
 
 
-def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
+def _end_fragment(policy, npy, views, ctx, hx, version, sticky,
+                  sparse_final):
     """Fill what is known once the last step is taken: ``final`` where no
-    episode ended, the lookahead ``info`` of row ``T``, ``meta``; advance
-    ``ctx`` past the fragment."""
+    episode ended (in row ``T`` alone with ``sparse_final``), the
+    lookahead ``info`` of row ``T``, ``meta``; advance ``ctx`` past the
+    fragment."""
     T = len(views.steps)
     if npy.final is not None:
-        # `final` is the observation itself where no episode ended: copied
-        # once for the fragment (the loop wrote the rest). A lost call
-        # ended none (fin, not acted); a frozen row (sticky, never with
-        # lost calls) repeats the final of its end, written by the loop
-        not_fin = views.not_fin
-        if sticky:
-            np.logical_not(npy.state.fin[1:], out=not_fin)
-        else:
-            np.logical_and(npy.state.fin[1:], npy.acted[1:], out=not_fin)
-            np.logical_not(not_fin, out=not_fin)
-        for (obs_leaf, final_leaf), where in zip(views.obs_final,
-                                                 views.not_fin_like):
-            if obs_leaf[0, 0].nbytes < FILL_BY_ROWS:
-                np.copyto(final_leaf, obs_leaf, where=where)
-            else:
-                _fill_by_rows(final_leaf, obs_leaf, not_fin)
+        # the loop wrote `final` where an episode ended; the observation
+        # itself elsewhere, copied once for the fragment (row T at least:
+        # the next fragment's row 0 repeats it)
+        rows = slice(T - 1 if sparse_final else 0, T)
+        fill_final(npy, sticky, rows, out=views.keep[rows])
     copy_(views.actor[T], policy.lookahead(views.rows[T], hx))
     meta = npy.meta
     meta.version[:] = version
@@ -380,27 +380,6 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky):
     ctx.seq += 1
     ctx._fresh = False
     suply(np.copyto, ctx.last, _row_fields(npy, T))
-
-
-# observations of at least this many bytes (a leaf's, one env's) are
-# copied into `final` row by row: a masked np.copyto of Atari frames runs
-# at a fifth of a plain copy's speed
-FILL_BY_ROWS = 1024
-
-
-def _fill_by_rows(final, obs, keep):
-    """``final[keep] = obs[keep]`` for ``(T, B, ...)`` leaves and a
-    ``(T, B)`` mask: plain copies of the runs of rows where ``keep`` holds
-    for every column, a copy of the kept columns elsewhere."""
-    start = 0
-    for t in np.flatnonzero(~keep.all(1)).tolist():
-        if start < t:
-            final[start:t] = obs[start:t]
-        cols = np.flatnonzero(keep[t])
-        final[t, cols] = obs[t, cols]
-        start = t + 1
-    if start < len(final):
-        final[start:] = obs[start:]
 
 
 def _copy_at(dst, src, *, j):

@@ -282,7 +282,7 @@ class SetUp(EnvControl):
 
     def _probe(self, factory, n_steps, n_envs, *, sticky, env_info, final,
                check_spaces, cpu_affinity=None, name="n_envs",
-               actor_device=None):
+               actor_device=None, sparse_final=False):
         """What a generator with workers (processes or Ray actors) makes
         before they start: their CPU copy of the actor, the layout of a
         fragment buffer (from a probe env, :func:`probe_layout`: kept by
@@ -290,7 +290,10 @@ class SetUp(EnvControl):
         every worker shares.
 
         ``actor_device`` is where each worker runs its copy of the actor
-        (:func:`~._devices.worker_devices`, checked already).
+        (:func:`~._devices.worker_devices`, checked already);
+        ``sparse_final``, whether the workers leave the copies of ``obs``
+        in ``final`` to the learner (:func:`~rlplay.engine.core.collect`).
+
 
         Returns
         -------
@@ -309,7 +312,8 @@ class SetUp(EnvControl):
                            n_envs=n_envs, sticky=sticky,
                            check_spaces=check_spaces,
                            cpu_affinity=cpu_affinity,
-                           actor_device=actor_device)
+                           actor_device=actor_device,
+                           sparse_final=sparse_final)
         return spec, template
 
     def _count(self, stats):

@@ -12,7 +12,9 @@ Shared by the generators that gather fragments from a pool of workers
   fragments of ``B`` envs (on the host, page-locked if asked), slot ``s``
   holding env columns ``s * B .. (s + 1) * B - 1``; ``hx`` is concatenated
   along the actor's ``hx_dim`` and ``meta`` along its only dimension. It
-  copies a whole batch with one ``np.concatenate`` per leaf.
+  copies a whole batch with one ``np.concatenate`` per leaf, and makes
+  ``final`` from the batch's ``obs`` where no episode ended (so that the
+  workers need not copy it: ``sparse_final``).
 """
 from collections import deque, namedtuple
 from functools import partial
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core import Fragment, env_axes
+from ..core.finals import copy_obs_to_final, obs_is_final
 from ..nested import flatten, suply
 
 __all__ = ["ReadyQueue", "Collation", "Arrival", "new_account",
@@ -148,10 +151,18 @@ class Collation:
     template : Fragment of tensors, shape = (1 + T, B, ...)
         One fragment.
     hx_dim : int
-        The env dimension of ``hx`` leaves.
+        The env dimension of ``hx`` leaves (unused where ``n_per_batch``
+        is 1: nothing is concatenated).
     n_per_batch : int
     pinned : bool
         Allocate the batch in page-locked memory.
+    sticky : bool
+        The fragments' ``sticky`` (where their ``final`` is the
+        observation: :func:`~rlplay.engine.core.finals.obs_is_final`).
+
+    The batch's ``final`` is made from its ``obs`` where no episode ended
+    and from the fragments' ``final`` elsewhere (and in row 0): the
+    fragments may be collected with ``sparse_final=True``.
 
     Attributes
     ----------
@@ -159,11 +170,21 @@ class Collation:
     npy : Fragment of numpy views of ``host``
     """
 
-    def __init__(self, template, hx_dim, n_per_batch, pinned=False):
-        check_hx_dim(template.hx, hx_dim, template.state.fin.shape[1])
+    def __init__(self, template, hx_dim, n_per_batch, pinned=False,
+                 sticky=False):
+        if n_per_batch > 1:
+            check_hx_dim(template.hx, hx_dim, template.state.fin.shape[1])
         self._dims = env_axes(hx_dim)
         self._template, self.pinned = template, pinned
-        self.n_per_batch = n_per_batch
+        self.n_per_batch, self.sticky = n_per_batch, sticky
+        # the positions of the `final` leaves among a fragment's sources
+        # (none where there is no final, or no `acted` to place it by)
+        sizes = [len(flatten(field)) for field in template]
+        first = sum(sizes[:Fragment._fields.index("final")])
+        self._finals = [] if template.acted is None else list(
+            range(first, first + sizes[Fragment._fields.index("final")]))
+        T, B = template.state.fin.shape
+        self._keep = np.empty((T - 1, n_per_batch * B), bool)
         self.host = self._allocate(torch.zeros)
         self.npy = suply(torch.Tensor.numpy, self.host)
         self._targets = self._targets_of(self.npy)
@@ -171,7 +192,8 @@ class Collation:
     def _allocate(self, make):
         def alloc(leaf, dim):
             shape = list(leaf.shape)
-            shape[dim] *= self.n_per_batch
+            if self.n_per_batch > 1:
+                shape[dim] *= self.n_per_batch
             return make(shape, dtype=leaf.dtype, pin_memory=self.pinned)
 
         return Fragment(*[suply(partial(alloc, dim=dim), field)
@@ -190,21 +212,46 @@ class Collation:
 
     def collate(self, fragments, fresh=False):
         """Copy ``fragments`` (lists from :meth:`sources`, one per slot, in
-        slot order) into the batch, one copy per leaf: into :attr:`host`,
-        or with ``fresh`` into a new batch (a batch the caller keeps, made
-        with one copy instead of two). Returns the batch and its numpy
-        views."""
+        slot order) into the batch, one copy per leaf (``final``: the
+        batch's ``obs`` where no episode ended, the fragments' ``final``
+        elsewhere): into :attr:`host`, or with ``fresh`` into a new batch
+        (a batch the caller keeps, made with one copy instead of two).
+        Returns the batch and its numpy views."""
         assert len(fragments) == self.n_per_batch
         host, npy, targets = self.host, self.npy, self._targets
         if fresh:  # every leaf is written whole: no need to clear it
             host = self._allocate(torch.empty)
             npy = suply(torch.Tensor.numpy, host)
             targets = self._targets_of(npy)
-        if self.n_per_batch == 1:
-            for (target, _), source in zip(targets, fragments[0]):
-                np.copyto(target, source)
-            return host, npy
+        finals = self._finals
         for i, (target, dim) in enumerate(targets):
-            np.concatenate([sources[i] for sources in fragments], axis=dim,
-                           out=target)
+            if finals and i in finals:
+                continue  # below, once obs, fin and acted are in
+            if self.n_per_batch == 1:
+                np.copyto(target, fragments[0][i])
+            else:
+                np.concatenate([sources[i] for sources in fragments],
+                               axis=dim, out=target)
+        if finals:
+            self._finals_into(npy, [[sources[i] for i in finals]
+                                    for sources in fragments])
         return host, npy
+
+    def _finals_into(self, npy, fragments):
+        """The batch's ``final`` leaves from its ``obs`` and the
+        fragments' ``final`` leaves (``fragments``, one list per slot)."""
+        keep = obs_is_final(npy.state.fin[1:], npy.acted[1:], self.sticky,
+                            out=self._keep)
+        B = keep.shape[1] // self.n_per_batch
+        # where an episode ended, by slot: (rows, columns) of the slot's
+        ends = [np.nonzero(~keep[:, s * B:(s + 1) * B])
+                for s in range(self.n_per_batch)]
+        for k, (final, obs) in enumerate(zip(flatten(npy.final),
+                                             flatten(npy.state.obs))):
+            sources = [leaves[k] for leaves in fragments]
+            # row 0 repeats the previous fragment's row T: as it is
+            np.concatenate([x[:1] for x in sources], axis=1, out=final[:1])
+            copy_obs_to_final(final[1:], obs[1:], keep)
+            for s, (source, (rows, cols)) in enumerate(zip(sources, ends)):
+                if len(rows):
+                    final[1:][rows, cols + s * B] = source[1:][rows, cols]

@@ -202,7 +202,8 @@ class Session:
         tic = time.perf_counter()
         collect(self.policy, buffer, self.ctx, sticky=self.spec.sticky,
                 version=self.version if version is None else version,
-                check_spaces=self.spec.check_spaces)
+                check_spaces=self.spec.check_spaces,
+                sparse_final=self.spec.sparse_final)
         return time.perf_counter() - tic
 
     def evaluate(self, n_episodes, max_steps, record=None, version=None):

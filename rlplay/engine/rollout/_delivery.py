@@ -2,8 +2,16 @@
 
 One small interface for every target (the host buffer itself, a fresh
 copy, page-locked memory, a CUDA device) and every source (a buffer of the
-learner's own, or a worker's shared buffer, through a page-locked staging
-copy): a new target is a change here, not a keyword in every generator.
+learner's own, a batch that a torch source wrote on its device): a new
+target is a change here, not a keyword in every generator.
+
+A generator whose workers write into (pageable) shared memory copies a
+fragment into a host batch of its own first (a
+:class:`~._batch.Collation`, page-locked where a device is asked for): from
+pageable memory CUDA first synchronizes the stream (CUDA runtime API, "API
+synchronization behavior"), so ``next()`` would wait for all the training
+queued on the GPU; the page-locked copy costs one host memcpy (what the
+driver would do anyway) and keeps the device copy asynchronous.
 """
 import torch
 
@@ -53,7 +61,7 @@ class Delivery:
         # 'cpu' named: a batch on a device (a torch source's) comes over
         self.to_host = device is not None and device.type == "cpu"
         self.pinned, self.copy = pinned, copy
-        self._target, self._copied, self._staging = None, None, None
+        self._target, self._copied = None, None
 
     @property
     def fresh_host(self):
@@ -111,29 +119,7 @@ class Delivery:
                          else x.to("cpu"), batch)
         return suply(lambda x: x.to(self.device), batch)
 
-    def from_shared(self, shared):
-        """The batch to yield for ``shared``, a buffer in (pageable) shared
-        memory that a worker will rewrite as soon as the learner hands it
-        back.
-
-        A device copy, or a pinned batch without ``copy=True``, goes
-        through a page-locked staging copy, allocated once: from pageable
-        memory CUDA first synchronizes the stream (CUDA runtime API, "API
-        synchronization behavior"), so ``next()`` would wait for all the
-        training queued on the GPU; the staging copy costs one host memcpy
-        (what the driver would do anyway) and keeps the device copy
-        asynchronous. Otherwise the shared buffer itself (or a fresh
-        copy) is the batch.
-        """
-        if self.device is None and not (self.pinned and not self.copy):
-            return self(shared)
-        if self._staging is None:
-            self._staging = suply(lambda x: torch.empty(
-                x.shape, dtype=x.dtype, pin_memory=True), shared)
-        self.wait()  # the last device copy must have read the staging copy
-        return self(copy_(self._staging, shared))
-
     def close(self):
-        """Wait for the copies in flight and drop the staging copy."""
+        """Wait for the copies in flight."""
         self.wait()
-        self._target = self._staging = None
+        self._target = None

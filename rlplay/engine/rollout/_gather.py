@@ -103,13 +103,13 @@ class Gathered(Supervised, Generator):
         spec, template = self._probe(
             factory, n_steps, n_per_actor, sticky=sticky, env_info=env_info,
             final=final, check_spaces=check_spaces, cpu_affinity=cpu_affinity,
-            name="n_per_actor", actor_device=devices)
+            name="n_per_actor", actor_device=devices, sparse_final=True)
         check_hx_dim(template.hx, self.hx_dim, n_per_actor)
         # before the learner's batch is allocated (zero-filled gigabytes
         # for a pool that would not fit anyway)
         self._check_capacity(template, n_actors, n_buffers)
         self._collation = Collation(template, self.hx_dim, n_per_batch,
-                                    self.delivery.host_pinned)
+                                    self.delivery.host_pinned, sticky)
         self._start(spec, template, n_actors, n_buffers)
 
     def _devices(self, actor_device, n_actors):

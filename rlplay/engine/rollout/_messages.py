@@ -19,7 +19,8 @@ Bye = namedtuple("Bye", "seq")
 
 SessionSpec = namedtuple(
     "SessionSpec", "factory actor entropy n_envs sticky check_spaces "
-                   "cpu_affinity actor_device", defaults=(None, None))
+                   "cpu_affinity actor_device sparse_final",
+    defaults=(None, None, False))
 SessionSpec.__doc__ = """What every worker of a generator shares (made by
 keyword).
 
@@ -37,6 +38,9 @@ cpu_affinity : None, 'auto' or tuple of tuples
 actor_device : None or tuple of torch.device
     Where each worker runs its actor (:mod:`._devices`): ``None``, where
     its parameters live (a worker's copy: the CPU).
+sparse_final : bool
+    As in :func:`rlplay.engine.core.collect`: the learner's collation
+    makes the copies of ``obs`` in ``final`` (``multi``, ``cluster``).
 """
 
 WorkerConfig = namedtuple(

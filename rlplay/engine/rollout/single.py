@@ -92,6 +92,8 @@ from ..utils.mp import get_context
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
                     Deadline, Generator, Supervised, Unpack, WorkerKeywords,
                     spell_out)
+from ..core.finals import fill_final
+from ._batch import Collation
 from ._buffers import SharedBuffers
 from ._devices import worker_devices
 
@@ -127,7 +129,17 @@ class Rollout(Supervised, Generator):
         spec, template = self._probe(
             factory, n_steps, n_envs, sticky=sticky, env_info=env_info,
             final=final, check_spaces=check_spaces,
-            cpu_affinity=cpu_affinity, actor_device=devices)
+            cpu_affinity=cpu_affinity, actor_device=devices,
+            sparse_final=True)
+        # the worker leaves the copies of obs in `final` to the learner,
+        # which makes them as it copies the fragment (or in the shared
+        # buffer itself, when that is the batch)
+        delivery = self.delivery
+        self._in_place = delivery.device is None and not delivery.copy \
+            and not delivery.pinned
+        self._collation = Collation(template, self.hx_dim, 1,
+                                    delivery.host_pinned, sticky)
+        self._sticky = sticky
         self._held = None  # the arrival whose buffer the learner holds
         # the first batch of this part of the run (> 0 for a resume)
         self._first = run.counters.get("batches", 0)
@@ -163,7 +175,7 @@ class Rollout(Supervised, Generator):
             shared.release([self._held], supervisor)
         self._held = arrival
         waited = time.perf_counter() - tic
-        batch = self.delivery.from_shared(self.buffers[arrival.index].pyt)
+        batch = self._batch(self.buffers[arrival.index])
         lag = int(k > first)  # the version published now, over #k's
         stats.batch(self.buffers[arrival.index].npy, waited=waited,
                     collected=shared.time_collect - stats["time_collect"],
@@ -172,6 +184,19 @@ class Rollout(Supervised, Generator):
                     version=arrival.version + lag, lag=lag)
         stats["restarts"] = supervisor.restarts
         return batch
+
+    def _batch(self, buffer):
+        """The batch of ``buffer`` (the shared fragment that the learner
+        holds), its ``final`` completed."""
+        if self._in_place:
+            if buffer.npy.final is not None:
+                fill_final(buffer.npy, self._sticky)
+            return buffer.pyt
+        self.delivery.wait()  # the last device copy read the host batch
+        fresh = self.delivery.fresh_host
+        host, _ = self._collation.collate([Collation.sources(buffer.npy)],
+                                          fresh=fresh)
+        return host if fresh else self.delivery(host)
 
     def state_dict(self):
         """What rlplay owns of this run, for ``resume=`` (see
