@@ -219,6 +219,17 @@ def test_replay_prints_every_library_and_operation():
                for name in rows)
 
 
+def test_finals_times_the_dense_and_the_sparse_copies():
+    """Both rows, with the ratio to the dense one (the script checks that
+    the two make the same batch before it times them)."""
+    rows = json_rows(run("finals.py", "--json", "--rounds", "1",
+                         "--repeats", "1"))
+    assert set(rows) == {"finals/dense", "finals/sparse"}
+    assert rows["finals/dense"]["x_dense"] == 1.0
+    assert all(row["ms_min"] <= row["ms"] <= row["ms_max"]
+               for row in rows.values())
+
+
 def test_nested_runs():
     assert json_rows(run("nested.py", "--json"))
 
