@@ -18,20 +18,20 @@ with an episode ending in one column every ``--every`` rows:
 Both give the same batch (checked before timing). The rows are timed in
 turn within each round; each prints its median and min-max over rounds
 (ms per batch), and ``x dense``, the median of the per-round ratios of
-``dense``'s time over its own. Frames written per frame stepped: the
+``dense``'s time over its own (the same machine's speed within a round). Frames written per frame stepped: the
 worker's row, then (dense) the worker's fill, the collation's ``obs`` and
 its ``final``: 4; (sparse) the collation's ``obs`` and ``final``: 3.
 """
 import argparse
-import json
-import statistics
 import time
 
 import numpy as np
 import torch
 
+from harness import fmt, median, paired, print_json, stats
 from rlplay.engine.core import EpisodeStats, Fragment, Meta, State
 from rlplay.engine.core.finals import fill_final
+from rlplay.engine.nested import suply
 from rlplay.engine.rollout._batch import Collation
 
 T, B, FRAME = 32, 8, (4, 84, 84)
@@ -58,25 +58,10 @@ def fragment(seed, every):
         meta=Meta(*[np.zeros(B, np.int64) for _ in range(7)]), acted=acted)
 
 
-def torched(frag):
-    return Fragment(*[None if field is None else _map(field)
-                      for field in frag])
-
-
-def _map(field):
-    if isinstance(field, np.ndarray):
-        return torch.from_numpy(field)
-    if isinstance(field, dict):
-        return {k: _map(v) for k, v in field.items()}
-    if isinstance(field, tuple) and hasattr(field, "_fields"):
-        return type(field)(*[_map(v) for v in field])
-    return field
-
-
 def setups(n_fragments, every):
     """``{name: batch()}``: a batch's copy work, dense and sparse."""
     frags = [fragment(s, every) for s in range(n_fragments)]
-    template = torched(frags[0])
+    template = suply(torch.from_numpy, frags[0])
     # as before: the collation copies `final` as any leaf
     dense_collation = Collation(template, 1, n_fragments)
     dense_collation._finals = []
@@ -112,37 +97,29 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = setups(args.fragments, args.every)
-    times = {name: [] for name in rows}
+    seconds = {name: {} for name in rows}  # {round: seconds per batch}
     for r in range(args.rounds):
-        order = list(rows) if r % 2 == 0 else list(rows)[::-1]
-        for name in order:
-            batch = rows[name]
+        for name in (list(rows) if r % 2 == 0 else list(rows)[::-1]):
             tic = time.perf_counter()
             for _ in range(args.repeats):
-                batch()
-            times[name].append((time.perf_counter() - tic) / args.repeats)
-    frames = args.fragments * T * B
+                rows[name]()
+            seconds[name][r] = (time.perf_counter() - tic) / args.repeats
     records = []
-    for name, values in times.items():
-        ratio = [d / v for d, v in zip(times["dense"], values)]
-        records.append(dict(
-            name=f"finals/{name}", ms=1e3 * statistics.median(values),
-            ms_min=1e3 * min(values), ms_max=1e3 * max(values),
-            x_dense=statistics.median(ratio),
-            frames_per_s=frames / statistics.median(values)))
+    for name, values in seconds.items():
+        ms, ms_min, ms_max = stats([1e3 * v for v in values.values()])
+        records.append(dict(name=f"finals/{name}", ms=ms, ms_min=ms_min,
+                            ms_max=ms_max, x_dense=median(paired(
+                                seconds["dense"], values))))
     if args.json:
-        for record in records:
-            print(json.dumps(record))
+        print_json(records)
         return
     print(f"{args.fragments} fragments of {T} x {B} frames per batch, an "
           f"end every {args.every} rows; {args.rounds} rounds x "
           f"{args.repeats} batches")
-    print(f"{'name':<16}{'ms/batch [min-max]':>26}{'x dense':>9}"
-          f"{'frames/s':>12}")
+    print(f"{'name':<16}{'ms/batch [min-max]':>26}{'x dense':>9}")
     for rec in records:
         spread = f"{rec['ms']:.2f} [{rec['ms_min']:.2f}-{rec['ms_max']:.2f}]"
-        print(f"{rec['name']:<16}{spread:>26}{rec['x_dense']:>9.2f}"
-              f"{rec['frames_per_s']:>12,.0f}")
+        print(f"{rec['name']:<16}{spread:>26}{fmt(rec['x_dense']):>9}")
 
 
 if __name__ == "__main__":
