@@ -87,12 +87,12 @@ still holds keeps its own memory alive).
 """
 import time
 
+from ..core.finals import fill_final
 from ..errors import RolloutTimeout
 from ..utils.mp import get_context
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
                     Deadline, Generator, Supervised, Unpack, WorkerKeywords,
                     spell_out)
-from ..core.finals import fill_final
 from ._batch import Collation
 from ._buffers import SharedBuffers
 from ._devices import worker_devices
@@ -137,8 +137,9 @@ class Rollout(Supervised, Generator):
         delivery = self.delivery
         self._in_place = delivery.device is None and not delivery.copy \
             and not delivery.pinned
-        self._collation = Collation(template, self.hx_dim, 1,
-                                    delivery.host_pinned, sticky)
+        # (no host batch of its own where the shared buffer is the batch)
+        self._collation = None if self._in_place else Collation(
+            template, self.hx_dim, 1, delivery.host_pinned, sticky)
         self._sticky = sticky
         self._held = None  # the arrival whose buffer the learner holds
         # the first batch of this part of the run (> 0 for a resume)
