@@ -10,25 +10,30 @@ from rlplay.engine.core.accounting import Accounts, TorchAccounts
 
 def test_fragment_accounts_count_steps_and_close_episodes():
     acc = Accounts(3)
-    stepno = np.zeros((5, 3), np.int64)  # T = 4
+    stepno = np.full((5, 3), -1, np.int64)  # T = 4
     stepno[0] = [2, 0, 7]
     acc.begin(stepno)
-    assert stepno[:, 0].tolist() == [2, 3, 4, 5, 6]
     ret, length = np.zeros(3), np.zeros(3, np.int64)
     rew_row = np.zeros(3, np.float32)
     acc.rew[:] = [0.1, 1.0, 2.0]
-    acc.add(rew_row)
+    acc.add(0, rew_row)
     assert rew_row.tolist() == pytest.approx([0.1, 1.0, 2.0])
-    acc.add(rew_row)
+    assert stepno[1].tolist() == [3, 1, 8]
+    assert stepno[2:].tolist() == [[-1] * 3] * 3  # not stepped yet
+    acc.add(1, rew_row)
     # column 0 ends at row 2; column 1's call at row 2 was lost
     acc.end([0], 1, ret, length)
     acc.lose([1], 1)
     assert ret[0] == 0.1 + 0.1 and length[0] == 2 + 1 + 1
     assert acc.ret.tolist() == [0.0, 2.0, 4.0]
+    acc.add(2, rew_row)
+    acc.add(3, rew_row)
     assert stepno[:, 0].tolist() == [2, 3, 0, 1, 2]
     assert stepno[:, 1].tolist() == [0, 1, 0, 1, 2]
+    assert stepno[:, 2].tolist() == [7, 8, 9, 10, 11]
     acc.end([1, 2], 3, ret, length)  # several at once
-    assert ret[1:].tolist() == [2.0, 4.0] and length[1:].tolist() == [2, 11]
+    assert ret[1:].tolist() == [4.0, 8.0] and length[1:].tolist() == [2, 11]
+    assert stepno[4].tolist() == [2, 0, 0]
     acc.finish()
     assert acc.length.tolist() == [2, 0, 0]
 
@@ -44,30 +49,43 @@ def test_many_ends_and_lost_calls_at_once(many):
         stepno = np.tile(np.arange(B), (T + 1, 1))
         acc.begin(stepno)
         acc.rew[:] = np.arange(B) / 2
-        acc.add(np.zeros(B, np.float32))
         ret, length = np.zeros(B), np.zeros(B, np.int64)
         ended, lost = list(range(0, many)), list(range(many, B))[:many]
-        if key == "together":
-            acc.end(ended, t, ret, length)
-            acc.lose(lost, t)
-        else:
-            for j in ended:
-                acc.end([j], t, ret, length)
-            for j in lost:
-                acc.lose([j], t)
+        for s in range(T):
+            acc.add(s, np.zeros(B, np.float32))
+            if s != t:
+                continue
+            if key == "together":
+                acc.end(ended, t, ret, length)
+                acc.lose(lost, t)
+            else:
+                for j in ended:
+                    acc.end([j], t, ret, length)
+                for j in lost:
+                    acc.lose([j], t)
         rows[key] = (stepno.tolist(), ret.tolist(), length.tolist(),
                      acc.ret.tolist())
     assert rows["together"] == rows["apart"]
-    assert rows["apart"][0][t + 1][:many] == [0] * many
+    restarted = min(2 * many, B)  # the ended and lost columns
+    stepno = np.array(rows["apart"][0])
+    assert stepno[t + 1:, :restarted].tolist() == [
+        [s] * restarted for s in range(T - t)]
+    assert stepno[T, restarted:].tolist() == list(range(restarted + T, B + T))
+    assert rows["apart"][2][:many] == list(range(t + 1, t + 1 + many))
+    assert rows["apart"][1][:many] == [(t + 1) * j / 2 for j in range(many)]
 
 
 def test_sticky_accounts_leave_frozen_columns_alone():
     acc = Accounts(2)
-    acc.begin(np.zeros((3, 2), np.int64))
+    stepno = np.zeros((3, 2), np.int64)
+    stepno[0] = [4, 9]
+    acc.begin(stepno)
+    stepno[1, 0] = stepno[0, 0]  # what the loop's freeze writes
     rew_row = np.zeros(2, np.float32)
     acc.rew[:] = [5.0, 7.0]
-    acc.add(rew_row, live=[1])
+    acc.add(0, rew_row, live=[1])
     assert rew_row.tolist() == [0.0, 7.0] and acc.ret.tolist() == [0.0, 7.0]
+    assert stepno[1].tolist() == [4, 10]
 
 
 def test_episode_accounts_count_where_asked():

@@ -12,9 +12,10 @@ accounts of the episodes under way are kept here, once, for both loops:
   (its reward is 0);
 - running lengths, the steps an episode took;
 - in a fragment (:func:`~.fragments.collect`), the step counts
-  ``state.stepno``, written for the whole fragment at once and rewritten
-  from the row where a new episode starts (after an end or a lost call),
-  and the episode statistics of the rows where episodes end.
+  ``state.stepno``, each row's counted on from the row before as the step
+  that leads to it is taken (0 where a new episode starts: after an end
+  or a lost call), and the episode statistics of the rows where episodes
+  end.
 
 :func:`~.episodes.evaluate` counts steps itself (:meth:`Accounts.count`),
 as its columns may play on uncounted (an episode cut at ``max_steps`` on a
@@ -29,6 +30,8 @@ fragment's rows, the episode loop (:mod:`.torch_episodes`) in a
 """
 import numpy as np
 import torch
+
+from ..envs.rows import FEW_COLUMNS, put_at
 
 __all__ = ["Accounts", "TorchAccounts"]
 
@@ -53,64 +56,52 @@ class Accounts:
         self.rew = np.zeros(n_envs, np.float64)
         self.ret = np.zeros(n_envs, np.float64)
         self.length = np.zeros(n_envs, np.int64)
-        # the fragment's step counts (1 + T, B) and 0, 1, ..., T
-        self._stepno = self._ramp = None
+        # the fragment's step counts (1 + T, B)
+        self._stepno = None
 
     # ------------------------------------------------- the fragment loop --
     def begin(self, stepno):
         """Count the steps of a fragment, ``stepno`` (``state.stepno``,
-        shape ``(1 + T, B)``), on from its row 0: episodes that go on,
-        for the whole fragment at once (:meth:`end` and :meth:`lose`
-        rewrite a column from where a new episode starts)."""
-        T1 = len(stepno)
-        if self._ramp is None or len(self._ramp) != T1:
-            self._ramp = np.arange(T1, dtype=np.int64)
+        shape ``(1 + T, B)``), on from its row 0 (set already)."""
         self._stepno = stepno
-        np.add(stepno[0], self._ramp[:, None], out=stepno)
 
-    def add(self, rew_row, live=None):
-        """Record the rewards of the last step of the columns ``live``
-        (all by default) in ``rew_row`` (the fragment's float32 row) and
-        add them to the running returns."""
-        rew, ret = self.rew, self.ret
+    def add(self, t, rew_row, live=None):
+        """The step from row ``t`` of the columns ``live`` (all by
+        default): its rewards into ``rew_row`` (the fragment's float32 row
+        ``t + 1``) and onto the running returns; row ``t + 1``'s step
+        counts one on from row ``t``'s (:meth:`end` and :meth:`lose` set 0
+        where a new episode starts)."""
+        rew, ret, stepno = self.rew, self.ret, self._stepno
         if live is None:
             np.copyto(rew_row, rew)
             np.add(ret, rew, out=ret)
+            np.add(stepno[t], 1, out=stepno[t + 1])
         else:  # sticky: the frozen columns were not stepped
             rew_row[live] = rew[live]
             ret[live] += rew[live]
+            stepno[t + 1, live] = stepno[t, live] + 1
 
     def end(self, ended, t, ret_row, length_row):
         """The episodes of the columns ``ended`` ended at row ``t + 1``:
         their return and length into ``ret_row`` and ``length_row`` (the
-        statistics of that row), and their new episodes' step counts
-        down the rest of the fragment."""
-        stepno, ramp, ret = self._stepno, self._ramp, self.ret
-        T = len(ramp) - 1
-        if len(ended) <= 8:  # the common case: cheaper than fancy indexing
-            rest, steps = ramp[:T - t], stepno[t]
+        statistics of that row); their new episodes count from 0 there."""
+        ret, steps = self.ret, self._stepno[t]
+        if len(ended) > FEW_COLUMNS:
+            ended = np.array(ended)  # cheaper than indexing by a list
+            ret_row[ended] = ret[ended]
+            length_row[ended] = steps[ended] + 1
+            ret[ended] = 0.0
+        else:  # the common case: cheaper than fancy indexing
             for j in ended:
                 # an episode's length is its step count plus this step
                 ret_row[j], length_row[j] = ret.item(j), steps.item(j) + 1
                 ret[j] = 0.0
-                stepno[t + 1:, j] = rest
-            return
-        ended = np.array(ended)  # indexing by an array is cheaper than a list
-        ret_row[ended] = ret[ended]
-        ret[ended] = 0.0
-        length_row[ended] = stepno[t, ended] + 1
-        stepno[t + 1:, ended] = ramp[:T - t, None]
+        put_at(self._stepno[t + 1], ended, 0)
 
     def lose(self, lost, t):
         """The calls of the columns ``lost`` at row ``t + 1`` were lost:
         their new episodes start there (no reward was added: it is 0)."""
-        T = len(self._ramp) - 1
-        if len(lost) <= 8:
-            rest = self._ramp[:T - t]
-            for j in lost:
-                self._stepno[t + 1:, j] = rest
-            return
-        self._stepno[t + 1:, lost] = self._ramp[:T - t, None]
+        put_at(self._stepno[t + 1], lost, 0)
 
     def finish(self):
         """The fragment is collected: its last row's step counts are the

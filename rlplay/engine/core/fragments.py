@@ -27,7 +27,7 @@ from .finals import fill_final
 from .layout import (EpisodeStats, Fragment, Meta, _check_counts,
                      _row_fields, _state_example, check_spaces_mode,
                      check_sticky)
-from .policy import _copier, as_policy
+from .policy import _copier, as_policy, fill_lookahead
 from . import torch_loop
 
 __all__ = ["prepare", "startup", "collect", "fragment_device"]
@@ -285,7 +285,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             live, check_casts=checking)
         if casts:
             _raise_cast(casts[0])
-        accounts.add(row_next.rew, live)
+        accounts.add(t, row_next.rew, live)
         if ended:
             accounts.end(ended, t, step.ret, step.length)
             if checking and step.out.final is not None:
@@ -366,7 +366,7 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky,
         # the next fragment's row 0 repeats it)
         rows = slice(T - 1 if sparse_final else 0, T)
         fill_final(npy, sticky, rows, out=views.keep[rows])
-    copy_(views.actor[T], policy.lookahead(views.rows[T], hx))
+    fill_lookahead(policy, views.actor[T], views.rows[T], hx)
     meta = npy.meta
     meta.version[:] = version
     meta.worker[:] = ctx.worker

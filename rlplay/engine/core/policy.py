@@ -16,7 +16,8 @@ themselves: they call a policy, which offers
   its action, ``hx`` and ``info`` against the buffer's layout (once per
   fragment, every step of an evaluation);
 - ``lookahead(row, hx)``: the virtual call whose ``info`` fills the last
-  row of a fragment;
+  row of a fragment (:func:`fill_lookahead`: not made for an actor that
+  records no ``info``);
 - ``reset(hx, fin)``: ``hx`` with the columns ``fin`` (a bool tensor)
   reset.
 
@@ -32,7 +33,7 @@ from ..actor import check_actor
 from ..nested import StructureError, check_structure, flatten, suply
 from ..shared import copy_
 
-__all__ = ["LocalPolicy", "as_policy"]
+__all__ = ["LocalPolicy", "as_policy", "fill_lookahead"]
 
 
 class LocalPolicy:
@@ -236,6 +237,15 @@ def _add_note(exc, note):
         exc.add_note(note)
     elif len(exc.args) == 1 and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]} {note}",)
+
+
+def fill_lookahead(policy, info_row, row, hx):
+    """Row ``T``'s ``info``, ``info_row``, from ``policy``'s lookahead
+    call on ``row``: the one virtual call of a fragment. An actor that
+    records no ``info`` is not called there, as nothing of the call would
+    be kept (its real steps check that its ``info`` stays empty)."""
+    if flatten(info_row):
+        copy_(info_row, policy.lookahead(row, hx))
 
 
 def _copier(dst):

@@ -41,7 +41,7 @@ from ..shared import copy_
 from .checks import _SpaceChecks, _final_label, _reset_label, _step_label
 from .layout import (EpisodeStats, _row_fields, check_spaces_mode,
                      check_sticky)
-from .policy import _copier, as_policy
+from .policy import _copier, as_policy, fill_lookahead
 
 __all__ = ["TorchContext", "startup", "collect"]
 
@@ -241,7 +241,7 @@ def _end_fragment(policy, work, views, ctx, hx, version):
     torch.where(ends, state.stepno[:-1] + 1, zeros.length,
                 out=work.stats.length[1:])
     ctx.ret.copy_(views.running[T])
-    copy_(views.actor[T], policy.lookahead(views.rows[T], hx))
+    fill_lookahead(policy, views.actor[T], views.rows[T], hx)
     meta = work.meta
     meta.version.fill_(version)
     meta.worker.fill_(ctx.worker)

@@ -33,7 +33,8 @@ class EnvPoolSource(VectorSource):
                 f" EnvPool): rlplay needs them all, batch_size == num_envs")
         self._set_up(source, name, k, source.observation_space,
                      source.action_space, AutoresetMode.NEXT_STEP,
-                     seeds_each=False, partial=True)
+                     seeds_each=False, partial=True,
+                     copy_actions=False)  # copied in by its C++ side
         self.call_refusal = ENVPOOL_REFUSAL.format(name=name)
 
     def _reset_all(self, seeds):
@@ -43,5 +44,5 @@ class EnvPoolSource(VectorSource):
     def _reset_columns(self, at, seeds=None):
         obs, _ = _pair(self.source.reset(np.asarray(at, np.int32)),
                        self.name, "reset()")
-        self.pending[at] = False
+        self._forget_pending(at)
         return _take(obs, list(range(len(at))), len(at), self.name)

@@ -58,6 +58,14 @@ __all__ = ["VectorSource"]
 # less its num_envs (see VectorSource._reset_all)
 SEED_BOUND = 2**31
 
+# the vector envs known to read the actions they are given, keeping no
+# reference to them: they get the row's actions without a copy
+READS_ACTIONS_ONLY = {
+    ("gymnasium.envs.classic_control.cartpole", "CartPoleVectorEnv"),
+    ("ale_py.vector_env", "AtariVectorEnv")}
+
+BOOL = np.dtype(bool)
+
 
 class VectorSource(SourceBatch):
     """A Gymnasium ``VectorEnv`` of ``k = num_envs`` envs as an
@@ -87,12 +95,14 @@ class VectorSource(SourceBatch):
             # a list of seeds, one per env; a partial reset (reset_mask)
             seeds_each=isinstance(base, (SyncVectorEnv, AsyncVectorEnv)),
             partial=isinstance(base, SyncVectorEnv) or (
-                isinstance(base, AsyncVectorEnv) and bool(base.shared_memory)))
+                isinstance(base, AsyncVectorEnv) and bool(base.shared_memory)),
+            copy_actions=_names(type(source)) not in READS_ACTIONS_ONLY)
         self._check_batched()
 
     def _set_up(self, source, name, n_envs, observation_space, action_space,
-                mode, *, seeds_each, partial):
+                mode, *, seeds_each, partial, copy_actions=True):
         self.source, self.name = source, name
+        self.copy_actions = copy_actions
         self.n_envs = int(n_envs)
         self.observation_space, self.action_space = (observation_space,
                                                      action_space)
@@ -102,8 +112,7 @@ class VectorSource(SourceBatch):
             AutoresetMode.NEXT_STEP
         # next-step autoreset without a partial reset: the columns whose
         # next call is lost (the source resets them then)
-        self.pending = np.zeros(self.n_envs, bool)
-        self._pending = False  # any pending: the next call has lost ones
+        self.pending = []
         example = space_example(observation_space)
         # the shape of batched observations of one array (else None)
         self._batch_shape = (self.n_envs, *example.shape) \
@@ -128,8 +137,7 @@ class VectorSource(SourceBatch):
         casts = [] if check_casts else None
         if at is None:
             obs, _ = self._reset_all(seeds)
-            self.pending[:] = False
-            self._pending = False
+            self.pending = []
             self._write_all(obs_out, obs, "reset()", casts, None, None)
             return casts or []
         at = list(at)
@@ -167,26 +175,35 @@ class VectorSource(SourceBatch):
         obs, _ = _pair(self.source.reset(seed=seed,
                                          options={"reset_mask": mask}),
                        self.name, "reset()")
-        self.pending[mask] = False
+        self._forget_pending(at)
         return _take(obs, at, self.n_envs, self.name)
 
     # ------------------------------------------------------------- step --
     def step(self, act, out, live=None, *, autoreset=True,
              check_casts=False):
         k, t = self.n_envs, out.t
-        # the source gets a copy: it may keep or edit its actions
-        result = self.source.step(act.copy() if type(act) is np.ndarray
-                                  else suply(np.array, act))
+        # the source gets a copy (it may keep or edit its actions), but
+        # where it is known to read them only
+        if self.copy_actions:
+            act = act.copy() if type(act) is np.ndarray else \
+                suply(np.array, act)
+        result = self.source.step(act)
         try:
             obs, rew, terminated, truncated, info = result
         except (TypeError, ValueError):
             check_step(self.source, result)  # raises a clear TypeError
             raise
-        terminated = _flags(terminated, k, self.name, "terminated")
-        truncated = _flags(truncated, k, self.name, "truncated")
-        # the rewards as the source gave them (float64) into the row
-        _rewards(rew, out.rew, k, self.name, t)
-        pending = self.pending if self._pending else None
+        # the rewards as the source gave them (float64) into the row; the
+        # common case checked inline: arrays of shape (k,), bool flags
+        if type(terminated) is type(truncated) is type(rew) is np.ndarray \
+                and terminated.dtype is truncated.dtype is BOOL \
+                and terminated.shape == truncated.shape == rew.shape \
+                == (k,) and rew.dtype.kind in "biuf":
+            out.rew[...] = rew
+        else:
+            terminated = _flags(terminated, k, self.name, "terminated")
+            truncated = _flags(truncated, k, self.name, "truncated")
+            _rewards(rew, out.rew, k, self.name, t)
         ends = terminated | truncated
         # the columns that ended (nonzero(): a fifth of flatnonzero's cost)
         ended = ends.nonzero()[0].tolist()
@@ -197,15 +214,13 @@ class VectorSource(SourceBatch):
             out.obs[...] = obs
         else:
             self._write_all(out.obs, obs, "step()", casts, ends, t)
+        lost = self.pending
         if out.info_mask:
-            self._write_info(info, out, ends, pending)
-        lost = ()
-        if pending is not None:  # reset observations no action led to
-            lost = pending.nonzero()[0].tolist()
+            self._write_info(info, out, ends, lost)
+        if lost:  # reset observations no action led to
             put_at(out.fin, lost, True)
             put_at(out.rew, lost, 0.0)  # no reward either
-            pending.fill(False)
-            self._pending = False
+            self.pending = []
         if ended:
             put_at(out.fin, ended, True)
             if out.truncated is not None:
@@ -240,8 +255,13 @@ class VectorSource(SourceBatch):
             reset = self._reset_columns(ended)
             self._write_columns(out.obs, ended, reset, casts, t)
         else:  # the next call is lost: the source resets them then
-            put_at(self.pending, ended, True)
-            self._pending = True
+            self.pending = list(ended)
+
+    def _forget_pending(self, at):
+        """The columns ``at`` were reset: no call of theirs is lost."""
+        if self.pending:
+            at = set(at)
+            self.pending = [j for j in self.pending if j not in at]
 
     # ----------------------------------------------------------- writes --
     def _write_all(self, obs_out, obs, what, casts, reset, t):
@@ -278,7 +298,7 @@ class VectorSource(SourceBatch):
         """The env info keys of ``out`` from the batched ``info``: from
         ``info["final_info"]`` for the columns that ended (same-step
         autoreset: the top level holds their reset info), none for lost
-        calls (the mask ``lost``, or ``None``)."""
+        calls (the columns ``lost``)."""
         final_info = info.get("final_info") \
             if self.mode is AutoresetMode.SAME_STEP else None
         for key, dst in out.info.items():
@@ -287,8 +307,9 @@ class VectorSource(SourceBatch):
                 mask = mask & ~ends
                 _write_key(dst, out.info_mask[key], final_info, key,
                            _present(final_info, key, self.n_envs) & ends)
-            if lost is not None:
-                mask = mask & ~lost
+            if lost:
+                mask = mask.copy()
+                mask[lost] = False
             _write_key(dst, out.info_mask[key], info, key, mask)
 
 
@@ -301,8 +322,12 @@ def _pair(result, name, what):
     return result
 
 
+def _names(cls):
+    return cls.__module__, cls.__qualname__
+
+
 def _flags(value, k, name, what):
-    if type(value) is np.ndarray and value.dtype == bool and \
+    if type(value) is np.ndarray and value.dtype is BOOL and \
             value.shape == (k,):
         return value
     value = np.asarray(value)

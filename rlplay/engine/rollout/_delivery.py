@@ -91,9 +91,10 @@ class Delivery:
         if self.device is None:
             if not self.copy:
                 return host
+            if not self.pinned:  # one call a leaf, not two
+                return suply(_clone, host)
             return suply(lambda x: torch.empty(
-                x.shape, dtype=x.dtype, pin_memory=self.pinned).copy_(x),
-                host)
+                x.shape, dtype=x.dtype, pin_memory=True).copy_(x), host)
         target = self._target
         if target is None or self.copy:
             target = suply(lambda x: torch.empty_like(x, device=self.device),
@@ -123,3 +124,7 @@ class Delivery:
         """Wait for the copies in flight."""
         self.wait()
         self._target = None
+
+
+def _clone(x):
+    return x.clone(memory_format=torch.contiguous_format)
