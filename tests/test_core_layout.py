@@ -204,6 +204,32 @@ def test_actor_info_rows_and_lookahead(worked):
         assert info["virtual"][:-1].sum() == 0 and info["virtual"][-1].all()
 
 
+class Plain(BaseActorModule):
+    """A feed-forward actor that records no info; counts its virtual
+    calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.virtual = 0
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        self.virtual += virtual
+        return torch.zeros_like(act), (), {}
+
+
+def test_no_lookahead_call_for_an_actor_that_records_no_info():
+    # the lookahead fills row T's info: an actor without one is not called
+    # there (the Recorder, with info, is: the test above)
+    envs = [CountingEnv(term_every=2, trunc_at=5) for _ in range(2)]
+    actor = Plain()
+    buffer = prepare(envs[0], actor, 4, 2)
+    ctx = startup(envs, actor, buffer)
+    before = actor.virtual  # the probe and the initial hx
+    for _ in range(3):
+        collect(actor, buffer, ctx)
+    assert before > 0 and actor.virtual == before
+
+
 def test_hx_is_reset_exactly_where_episodes_end(worked):
     # hx counts steps since its last reset: equal to stepno everywhere iff
     # it was reset at every episode end and nowhere else

@@ -197,6 +197,37 @@ def test_lost_calls_keep_every_invariant():
 
 
 
+class EditingVectorEnv(LateVectorEnv):
+    """A :class:`LateVectorEnv` that writes over the actions it gets."""
+
+    def step(self, actions):
+        result = super().step(actions)  # logs a copy of them
+        actions[...] = 7
+        return result
+
+
+def test_a_source_that_edits_its_actions_leaves_the_rows_alone():
+    feed = same.rollout(EditingVectorEnv, CountingActor(), 10, 4, entropy=1)
+    with feed:
+        assert feed.envs.copy_actions
+        batch = next(feed)
+    calls = feed.envs.source.calls
+    assert len(calls) == 10
+    for t, call in enumerate(calls):  # every column gets an action
+        np.testing.assert_array_equal(batch.state.act[t + 1],
+                                      call["actions"])
+    assert (batch.state.act != 7).all()
+
+
+def test_actions_go_uncopied_only_to_the_sources_known_to_read_them():
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+    from rlplay.engine.envs.vector import VectorSource
+    assert not VectorSource(CartPoleVectorEnv(num_envs=2)).copy_actions
+    assert VectorSource(late_vector()).copy_actions
+    assert VectorSource(EditingVectorEnv()).copy_actions  # a subclass
+    assert VectorSource(ends_vector(mode="next_step")).copy_actions
+
+
 def test_same_and_single_agree_on_lost_calls_and_final_is_obs_there():
     """A native next-step source: same and single with one entropy give
     equal fragments, every field, over several batches (single fills two
