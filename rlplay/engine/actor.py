@@ -14,8 +14,9 @@ starts a new episode (``act[t]`` and ``rew[t]`` then belong to the episode
 that ended: they are not inputs of the new one).
 ``hx`` is the recurrent state (``()`` for a feed-forward actor); ``None``
 asks the actor to initialise it. ``virtual=True`` marks a lookahead call
-whose action is never executed. ``info`` is a nested structure of tensors
-``(1, B, ...)`` recorded alongside the state.
+whose action is never executed (made once a fragment, for row ``T``'s
+``info``, only for an actor that returns one). ``info`` is a nested
+structure of tensors ``(1, B, ...)`` recorded alongside the state.
 
 Collection calls ``reset(hx, at)`` right after the envs in the bool mask
 ``at`` (shape ``(B,)``) ended an episode, so the next ``step`` sees fresh

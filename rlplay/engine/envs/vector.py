@@ -40,6 +40,11 @@ an EnvPool env is seeded when it is made (a factory that takes
 
 A source steps all its columns at every call: it cannot leave one
 unstepped, so ``sticky=True`` is refused with it (:attr:`can_freeze`).
+
+Actions: a source gets a copy of the row's actions, as it may keep or edit
+them, but for the sources known to read them only
+(:data:`READS_ACTIONS_ONLY`: Gymnasium's ``CartPoleVectorEnv`` and ALE's
+``AtariVectorEnv``; EnvPool), which get the row itself.
 """
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
