@@ -494,6 +494,29 @@ def test_fragments_match_the_model(configs, n_steps, sticky_, by_rows,
         assert fragment.hx[0, :, 0].tolist() == [h[0] for h in hx_rows]
 
 
+@pytest.mark.parametrize("shape, dtype", [
+    ((), np.float32), ((4,), np.float32), ((2, 3), np.uint8),
+    ((17,), np.float64), ((16, 16, 4), np.uint8)])
+@pytest.mark.parametrize("strided", [False, True])
+def test_copy_obs_to_final_is_a_masked_copy(shape, dtype, strided):
+    """final[keep] = obs[keep], for each path of the copy: scalars, small
+    observations (a void view of each env's), large ones (row by row),
+    and trailing axes that are not contiguous."""
+    from rlplay.engine.core.finals import copy_obs_to_final
+    rng = np.random.default_rng(0)
+    T, B = 6, 5
+    trailing = (*shape[:-1], 2 * shape[-1]) if strided and shape else shape
+    obs = rng.integers(1, 100, (T, B, *trailing)).astype(dtype)
+    if strided and shape:
+        obs = obs[..., ::2]
+    final = np.zeros((T, B, *shape), dtype)
+    keep = rng.random((T, B)) < 0.6
+    want = final.copy()
+    want[keep] = obs[keep]
+    copy_obs_to_final(final, obs, keep)
+    np.testing.assert_array_equal(final, want)
+
+
 @pytest.mark.parametrize("sticky_", [False, True], ids=["plain", "sticky"])
 @pytest.mark.parametrize("configs, n_steps", MODEL_CASES)
 def test_sparse_final_leaves_the_copies_of_obs_to_the_collation(

@@ -46,11 +46,25 @@ def obs_is_final(fin, acted, sticky, out=None):
 def copy_obs_to_final(final, obs, keep):
     """``final[keep] = obs[keep]`` for one ``(T, B, ...)`` leaf of each
     and the ``(T, B)`` mask ``keep`` (from :func:`obs_is_final`)."""
-    if obs.ndim == 2 or obs[0, 0].nbytes < FILL_BY_ROWS:
+    if obs.ndim == 2:
+        np.copyto(final, obs, where=keep)
+    elif obs.size == 0:
+        return
+    elif obs[0, 0].nbytes >= FILL_BY_ROWS:
+        _fill_by_rows(final, obs, keep)
+    elif final[0, 0].flags.c_contiguous and obs[0, 0].flags.c_contiguous:
+        # each env's observation as one element: a mask broadcast over
+        # the trailing axes makes the copy five to ten times slower
+        np.copyto(_per_env(final), _per_env(obs), where=keep[..., None])
+    else:
         np.copyto(final, obs, where=keep.reshape(
             *keep.shape, *[1] * (obs.ndim - 2)))
-    else:
-        _fill_by_rows(final, obs, keep)
+
+
+def _per_env(x):
+    """``x``, ``(T, B, ...)`` with contiguous trailing axes, viewed as
+    ``(T, B, 1)`` elements of a void dtype, one env's observation each."""
+    return x.reshape(*x.shape[:2], -1).view(f"V{x[0, 0].nbytes}")
 
 
 def fill_final(fragment, sticky, rows=slice(None), out=None):
