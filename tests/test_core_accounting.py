@@ -12,29 +12,28 @@ def test_fragment_accounts_count_steps_and_close_episodes():
     acc = Accounts(3)
     stepno = np.full((5, 3), -1, np.int64)  # T = 4
     stepno[0] = [2, 0, 7]
-    acc.begin(stepno)
     ret, length = np.zeros(3), np.zeros(3, np.int64)
     rew_row = np.zeros(3, np.float32)
     acc.rew[:] = [0.1, 1.0, 2.0]
-    acc.add(0, rew_row)
+    acc.add(rew_row, stepno[0], stepno[1])
     assert rew_row.tolist() == pytest.approx([0.1, 1.0, 2.0])
     assert stepno[1].tolist() == [3, 1, 8]
     assert stepno[2:].tolist() == [[-1] * 3] * 3  # not stepped yet
-    acc.add(1, rew_row)
+    acc.add(rew_row, stepno[1], stepno[2])
     # column 0 ends at row 2; column 1's call at row 2 was lost
-    acc.end([0], 1, ret, length)
-    acc.lose([1], 1)
+    acc.end([0], stepno[1], stepno[2], ret, length)
+    acc.lose([1], stepno[2])
     assert ret[0] == 0.1 + 0.1 and length[0] == 2 + 1 + 1
     assert acc.ret.tolist() == [0.0, 2.0, 4.0]
-    acc.add(2, rew_row)
-    acc.add(3, rew_row)
+    acc.add(rew_row, stepno[2], stepno[3])
+    acc.add(rew_row, stepno[3], stepno[4])
     assert stepno[:, 0].tolist() == [2, 3, 0, 1, 2]
     assert stepno[:, 1].tolist() == [0, 1, 0, 1, 2]
     assert stepno[:, 2].tolist() == [7, 8, 9, 10, 11]
-    acc.end([1, 2], 3, ret, length)  # several at once
+    acc.end([1, 2], stepno[3], stepno[4], ret, length)  # several at once
     assert ret[1:].tolist() == [4.0, 8.0] and length[1:].tolist() == [2, 11]
     assert stepno[4].tolist() == [2, 0, 0]
-    acc.finish()
+    acc.finish(stepno[4])
     assert acc.length.tolist() == [2, 0, 0]
 
 
@@ -47,22 +46,21 @@ def test_many_ends_and_lost_calls_at_once(many):
     rows = {}
     for acc, key in ((together, "together"), (apart, "apart")):
         stepno = np.tile(np.arange(B), (T + 1, 1))
-        acc.begin(stepno)
         acc.rew[:] = np.arange(B) / 2
         ret, length = np.zeros(B), np.zeros(B, np.int64)
         ended, lost = list(range(0, many)), list(range(many, B))[:many]
         for s in range(T):
-            acc.add(s, np.zeros(B, np.float32))
+            acc.add(np.zeros(B, np.float32), stepno[s], stepno[s + 1])
             if s != t:
                 continue
             if key == "together":
-                acc.end(ended, t, ret, length)
-                acc.lose(lost, t)
+                acc.end(ended, stepno[t], stepno[t + 1], ret, length)
+                acc.lose(lost, stepno[t + 1])
             else:
                 for j in ended:
-                    acc.end([j], t, ret, length)
+                    acc.end([j], stepno[t], stepno[t + 1], ret, length)
                 for j in lost:
-                    acc.lose([j], t)
+                    acc.lose([j], stepno[t + 1])
         rows[key] = (stepno.tolist(), ret.tolist(), length.tolist(),
                      acc.ret.tolist())
     assert rows["together"] == rows["apart"]
@@ -79,11 +77,10 @@ def test_sticky_accounts_leave_frozen_columns_alone():
     acc = Accounts(2)
     stepno = np.zeros((3, 2), np.int64)
     stepno[0] = [4, 9]
-    acc.begin(stepno)
     stepno[1, 0] = stepno[0, 0]  # what the loop's freeze writes
     rew_row = np.zeros(2, np.float32)
     acc.rew[:] = [5.0, 7.0]
-    acc.add(0, rew_row, live=[1])
+    acc.add(rew_row, stepno[0], stepno[1], live=[1])
     assert rew_row.tolist() == [0.0, 7.0] and acc.ret.tolist() == [0.0, 7.0]
     assert stepno[1].tolist() == [4, 10]
 

@@ -56,57 +56,53 @@ class Accounts:
         self.rew = np.zeros(n_envs, np.float64)
         self.ret = np.zeros(n_envs, np.float64)
         self.length = np.zeros(n_envs, np.int64)
-        # the fragment's step counts (1 + T, B)
-        self._stepno = None
 
     # ------------------------------------------------- the fragment loop --
-    def begin(self, stepno):
-        """Count the steps of a fragment, ``stepno`` (``state.stepno``,
-        shape ``(1 + T, B)``), on from its row 0 (set already)."""
-        self._stepno = stepno
-
-    def add(self, t, rew_row, live=None):
+    # (``steps`` and ``steps_next``: the step counts, ``state.stepno``, of
+    # a fragment's row t and row t + 1, views the loop keeps)
+    def add(self, rew_row, steps, steps_next, live=None):
         """The step from row ``t`` of the columns ``live`` (all by
         default): its rewards into ``rew_row`` (the fragment's float32 row
         ``t + 1``) and onto the running returns; row ``t + 1``'s step
         counts one on from row ``t``'s (:meth:`end` and :meth:`lose` set 0
         where a new episode starts)."""
-        rew, ret, stepno = self.rew, self.ret, self._stepno
+        rew, ret = self.rew, self.ret
         if live is None:
-            np.copyto(rew_row, rew)
-            np.add(ret, rew, out=ret)
-            np.add(stepno[t], 1, out=stepno[t + 1])
+            rew_row[...] = rew
+            ret += rew
+            np.add(steps, 1, steps_next)
         else:  # sticky: the frozen columns were not stepped
             rew_row[live] = rew[live]
             ret[live] += rew[live]
-            stepno[t + 1, live] = stepno[t, live] + 1
+            steps_next[live] = steps[live] + 1
 
-    def end(self, ended, t, ret_row, length_row):
+    def end(self, ended, steps, steps_next, ret_row, length_row):
         """The episodes of the columns ``ended`` ended at row ``t + 1``:
         their return and length into ``ret_row`` and ``length_row`` (the
         statistics of that row); their new episodes count from 0 there."""
-        ret, steps = self.ret, self._stepno[t]
+        ret = self.ret
         if len(ended) > FEW_COLUMNS:
             ended = np.array(ended)  # cheaper than indexing by a list
             ret_row[ended] = ret[ended]
             length_row[ended] = steps[ended] + 1
             ret[ended] = 0.0
-        else:  # the common case: cheaper than fancy indexing
-            for j in ended:
-                # an episode's length is its step count plus this step
-                ret_row[j], length_row[j] = ret.item(j), steps.item(j) + 1
-                ret[j] = 0.0
-        put_at(self._stepno[t + 1], ended, 0)
+            steps_next[ended] = 0
+            return
+        for j in ended:  # the common case: cheaper than fancy indexing
+            # an episode's length is its step count plus this step
+            ret_row[j], length_row[j] = ret.item(j), steps.item(j) + 1
+            ret[j] = 0.0
+            steps_next[j] = 0
 
-    def lose(self, lost, t):
+    def lose(self, lost, steps_next):
         """The calls of the columns ``lost`` at row ``t + 1`` were lost:
         their new episodes start there (no reward was added: it is 0)."""
-        put_at(self._stepno[t + 1], lost, 0)
+        put_at(steps_next, lost, 0)
 
-    def finish(self):
-        """The fragment is collected: its last row's step counts are the
-        running lengths."""
-        self.length[:] = self._stepno[-1]
+    def finish(self, steps):
+        """The fragment is collected: its last row's step counts,
+        ``steps``, are the running lengths."""
+        self.length[:] = steps
 
     # -------------------------------------------------- the episode loop --
     def count(self, counted):

@@ -261,7 +261,6 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
     clip = ctx.clip_actions
     checks = _begin_checks(ctx, views) if checking else None
-    accounts.begin(npy.state.stepno)
     # a feed-forward actor's hx is (): nothing to reset
     stateless = type(hx) is tuple and not hx
 
@@ -285,14 +284,15 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             live, check_casts=checking)
         if casts:
             _raise_cast(casts[0])
-        accounts.add(t, row_next.rew, live)
+        accounts.add(row_next.rew, step.row.stepno, row_next.stepno, live)
         if ended:
-            accounts.end(ended, t, step.ret, step.length)
+            accounts.end(ended, step.row.stepno, row_next.stepno, step.ret,
+                         step.length)
             if checking and step.out.final is not None:
                 checks.observation(getitem(step.out.final, ended),
                                    _final_label(t), ended)
         if lost:  # the new episodes start here (see .layout)
-            accounts.lose(lost, t)
+            accounts.lose(lost, row_next.stepno)
             put_at(step.acted, lost, False)
         if checking:
             checks.observation(row_next.obs, _step_label(t, row_next.fin))
@@ -375,7 +375,7 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky,
     meta.generation[:] = ctx.generation
     meta.control[:] = ctx.control
     meta.agent[:] = ctx.agent_ids
-    ctx.accounts.finish()
+    ctx.accounts.finish(npy.state.stepno[T])
     ctx.hx = hx
     ctx.seq += 1
     ctx._fresh = False

@@ -404,7 +404,7 @@ def episode_stats(fragment):
         to (:func:`acted`: rows ``1..T``, row 0 repeating the previous
         fragment), in row-major order.
     """
-    ended = episode_edges(fragment).ends
+    ended = acted(fragment) & fragment.state.fin  # episode_edges' ends
     ret, length = fragment.stats
     if isinstance(ended, torch.Tensor) and ended.device.type != "cpu":
         # selected on the device; only the episodes come over
