@@ -197,6 +197,43 @@ def test_lost_calls_keep_every_invariant():
 
 
 
+class Mixed:
+    """A factory of a lost-call source (its ``final`` left to the loop)
+    and a same-step one (it writes its own), in turn."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls % 2:
+            return late_vector(4)
+        return ends_vector(4, mode="same_step")
+
+
+@pytest.mark.parametrize("kind", ["same", "single", "multi"])
+@pytest.mark.parametrize("factory", [late_vector, Mixed],
+                         ids=["late", "mixed"])
+def test_final_holds_the_true_last_observations(kind, factory):
+    """The sources whose ``final`` the loop copies from the observations,
+    alone and beside one that writes its own: at every end, ``final`` is
+    the observation after the last one (the envs count up by one a step),
+    elsewhere the observation itself."""
+    n_envs = 4 if factory is late_vector else 8
+    fragments = run(kind, factory() if factory is Mixed else factory,
+                    n_envs, n=5)
+    n_ends = 0
+    for f in fragments:
+        # rows 1..T (row 0 repeats the last fragment's row T)
+        ends = (acted(f) & f.state.fin)[1:]
+        obs, final = f.state.obs[..., 0], f.final[1:, ..., 0]
+        assert torch.equal(final[~ends], obs[1:][~ends])
+        for t, j in ends.nonzero().tolist():
+            assert final[t, j] == obs[t, j] + 1  # rows t + 1 and t
+            n_ends += 1
+    assert n_ends > 10
+
+
 class EditingVectorEnv(LateVectorEnv):
     """A :class:`LateVectorEnv` that writes over the actions it gets."""
 

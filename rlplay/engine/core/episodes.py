@@ -151,7 +151,10 @@ class _Play:
             t=0, obs=self.npy.obs, rew=self.accounts.rew, fin=self.npy.fin,
             truncated=None, final=aliased(example.obs, n_envs).npy
             if self.autoreset else None, info={}, info_mask={})
-        self.last = self.out.final if self.autoreset else self.npy.obs
+        # where the last observations are (a source that resets late
+        # leaves them in obs: final_is_obs)
+        self.last = self.out.final if self.autoreset and \
+            not envs.final_is_obs else self.npy.obs
         self.results = [[] for _ in range(n_envs)]
         # the episodes of each column's env that ended (a PettingZoo env's,
         # Stepped.env_ended): its agent's column is done after `quota` of

@@ -21,7 +21,7 @@ import numpy as np
 from ..nested import flatten
 
 __all__ = ["obs_is_final", "copy_obs_to_final", "fill_final",
-           "FILL_BY_ROWS"]
+           "fill_final_from_obs", "FILL_BY_ROWS"]
 
 # observations of at least this many bytes (a leaf's, one env's) are
 # copied into `final` row by row: a masked np.copyto of Atari frames runs
@@ -77,6 +77,24 @@ def fill_final(fragment, sticky, rows=slice(None), out=None):
     for obs, final in zip(flatten(fragment.state.obs),
                           flatten(fragment.final)):
         copy_obs_to_final(final[1:][rows], obs[1:][rows], keep)
+
+
+def fill_final_from_obs(fragment, sparse, out=None):
+    """Complete the ``final`` of a fragment whose source left it to the
+    loop (``final_is_obs``: an episode's last step returned its true last
+    observation), in place: the observation in rows ``1..T``, or with
+    ``sparse`` only where an episode ended and in row ``T``; ``out``, a
+    ``(T, B)`` bool scratch for the mask."""
+    pairs = list(zip(flatten(fragment.state.obs), flatten(fragment.final)))
+    if not sparse:
+        for obs, final in pairs:
+            np.copyto(final[1:], obs[1:])
+        return
+    ended = np.logical_and(fragment.state.fin[1:], fragment.acted[1:],
+                           out=out)
+    for obs, final in pairs:
+        copy_obs_to_final(final[1:], obs[1:], ended)
+        np.copyto(final[-1], obs[-1])
 
 
 def _fill_by_rows(final, obs, keep):

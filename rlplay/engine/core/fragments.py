@@ -23,7 +23,7 @@ from ..shared import Aliased, aliased, copy_, torchify
 from .checks import (_CHECK_HINT, _final_label, _raise_cast, _reset_label,
                      _step_label)
 from .context import Context
-from .finals import fill_final
+from .finals import fill_final, fill_final_from_obs
 from .layout import (EpisodeStats, Fragment, Meta, _check_counts,
                      _row_fields, _state_example, check_spaces_mode,
                      check_sticky)
@@ -288,7 +288,8 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
         if ended:
             accounts.end(ended, step.row.stepno, row_next.stepno, step.ret,
                          step.length)
-            if checking and step.out.final is not None:
+            if checking and step.out.final is not None and \
+                    not envs.final_is_obs:  # else checked as obs below
                 checks.observation(getitem(step.out.final, ended),
                                    _final_label(t), ended)
         if lost:  # the new episodes start here (see .layout)
@@ -360,7 +361,10 @@ def _end_fragment(policy, npy, views, ctx, hx, version, sticky,
     lookahead ``info`` of row ``T``, ``meta``; advance ``ctx`` past the
     fragment."""
     T = len(views.steps)
-    if npy.final is not None:
+    if npy.final is not None and ctx.envs.final_is_obs:
+        # the source left `final` to the loop: the observation everywhere
+        fill_final_from_obs(npy, sparse_final, out=views.keep)
+    elif npy.final is not None:
         # the loop wrote `final` where an episode ended; the observation
         # itself elsewhere, copied once for the fragment (row T at least:
         # the next fragment's row 0 repeats it)

@@ -149,6 +149,11 @@ class EnvBatch:
     kind : str
         The fragment loop that steps it: ``"numpy"``, or ``"torch"``
         (:class:`~.torch_source.TorchSource`).
+    final_is_obs : bool
+        Whether the step that ends an episode writes its true last
+        observation into ``out.obs`` (the column is reset at its next
+        call, a lost one): ``out.final`` is then left to the loops, which
+        copy it from the observations.
     """
 
     n_envs = 0
@@ -157,6 +162,7 @@ class EnvBatch:
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
     call_refusal = None
+    final_is_obs = False
 
     @property
     def column_agents(self):
@@ -200,8 +206,9 @@ class EnvBatch:
         live : list of int, optional
         autoreset : bool
             Reset a column whose episode ended (``out.obs`` gets the reset
-            observation, ``out.final`` the last one); without, ``out.obs``
-            gets the last observation and the column is left as it is.
+            observation, ``out.final`` the last one, but where
+            :attr:`final_is_obs`); without, ``out.obs`` gets the last
+            observation and the column is left as it is.
         check_casts : bool
             As for :meth:`reset`.
 

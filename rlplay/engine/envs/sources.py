@@ -57,6 +57,12 @@ class EnvConcat(EnvBatch):
                                      for part in self.parts)
         self.call_refusal = next((part.call_refusal for part in self.parts
                                   if part.call_refusal is not None), None)
+        # the loops copy `final` from the observations where every part
+        # leaves it to them; else each part writes its own
+        self.final_is_obs = all(part.final_is_obs for part in self.parts)
+        if not self.final_is_obs:
+            for part in self.parts:
+                part.final_is_obs = False
         # id(out.obs) -> (out.obs, out.rew, [each part's RowOut])
         self._rows = {}
 

@@ -115,6 +115,9 @@ class VectorSource(SourceBatch):
         self.seeds_each, self.partial = seeds_each, partial
         self.can_reset_columns = partial or self.mode is not \
             AutoresetMode.NEXT_STEP
+        # the lost-call sources: an ended column's observation is its true
+        # last one (the loop copies it into final)
+        self.final_is_obs = not self.can_reset_columns
         # next-step autoreset without a partial reset: the columns whose
         # next call is lost (the source resets them then)
         self.pending = []
@@ -249,8 +252,11 @@ class VectorSource(SourceBatch):
                     if casts is not None:
                         _check_cast(casts, final, j, value, t, False)
             return
-        # the step's observations are the true last ones (written already)
-        if type(final) is np.ndarray:
+        # the step's observations are the true last ones (written already;
+        # the loop copies them into final where the source resets late)
+        if self.final_is_obs:
+            pass
+        elif type(final) is np.ndarray:
             copy_at(final, out.obs, ended)
         elif final is not None:
             suply(copy_at, final, out.obs, cols=ended)
