@@ -108,9 +108,10 @@ class LocalPolicy:
     def step_at(self, t, row, hx, act_like):
         """The step of row ``t`` of a fragment: :meth:`checked_step` at
         ``t = 0`` (once per fragment, the checks of a real call), else
-        :meth:`step`; both fragment loops call this."""
+        :meth:`step` (inlined: the hot path); both fragment loops call
+        this."""
         if t:
-            return self.step(row, hx)
+            return self.actor.step(*row, hx=hx, virtual=False)
         return self.checked_step(row, hx, act_like)
 
     def lookahead(self, row, hx):
