@@ -72,12 +72,31 @@ def assert_close_fragments(got, want, exact):
                          ids=["numpy", "torch"])
 def test_device_policy_in_both_loops(factory, device):
     want = core_fragments(factory, Balancer())
-    policy = DevicePolicy(Balancer().to(device), device)
+    actor = Seeing().to(device)
+    policy = DevicePolicy(actor, device)
     assert as_policy(policy) is policy
     got = core_fragments(factory, policy)
     assert_close_fragments(got, want, exact=device == "cpu")
-    # the actor saw copies on its device, never the fragment's own rows
+    # the actor saw copies on its device, never the fragment's own rows:
+    # at every real step
     assert policy._row.obs.device.type == device
+    assert len(actor.seen) == 3 * T
+    assert set(actor.seen) == {policy._row.obs.data_ptr()}
+
+
+class Seeing(Balancer):
+    """A :class:`Balancer` that notes where the rows of its real steps
+    live."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        if not virtual:
+            self.seen.append(obs.data_ptr())
+        return super().step(stepno, obs, act, rew, fin, hx=hx,
+                            virtual=virtual)
 
 
 def feed_fragments(feed, n=3):
