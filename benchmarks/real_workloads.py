@@ -58,8 +58,8 @@ ACTOR_CALLS = {"atari": 8, "atari_gym": 8, "mujoco": 64}
 def make_ale(n_envs=N_REAL):
     """Pong in ALE's C++ vector env: frame skip 4, max-pool, 84x84
     grayscale, a stack of 4, no-op starts, clipped rewards; next-step
-    autoreset (it cannot reset one env alone, so rlplay loses a call at
-    every episode end)."""
+    autoreset (rlplay does not use its partial reset, which could hang in
+    ale-py before 2026, so it loses a call at every episode end)."""
     from ale_py.vector_env import AtariVectorEnv
     return AtariVectorEnv("pong", num_envs=n_envs, num_threads=ALE_THREADS)
 

@@ -19,8 +19,9 @@ each, so that the fragment's layout is what a list of the same envs gives:
   Where the source honours a partial reset (``SyncVectorEnv``,
   ``AsyncVectorEnv`` with shared memory, EnvPool's ``reset(env_id)``), rlplay
   resets the ended envs at once, and the mapping is exact. Where it does not
-  (``CartPoleVectorEnv`` and other native vector envs), the column *loses a
-  call* at every episode end, and the layout says so (see
+  (``CartPoleVectorEnv`` and other native vector envs; ALE's
+  ``AtariVectorEnv``, whose ``reset_mask`` could hang in ale-py before
+  2026, is not asked), the column *loses a call* at every episode end, and the layout says so (see
   :mod:`rlplay.engine.core.layout`): the row where the episode ended holds
   its true last observation (in ``obs`` as in ``final``), and the next row,
   the lost call, holds the reset observation with ``fin`` set, no reward,
