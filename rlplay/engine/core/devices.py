@@ -154,11 +154,6 @@ class DevicePolicy(LocalPolicy):
     def step(self, row, hx):
         return self.actor.step(*self._move(row), hx=hx, virtual=False)
 
-    def step_at(self, t, row, hx, act_like):
-        if t:
-            return self.step(row, hx)
-        return self.checked_step(row, hx, act_like)
-
     def checked_step(self, row, hx, act_like):
         return super().checked_step(self._move(row), hx, act_like)
 

@@ -108,10 +108,9 @@ class LocalPolicy:
     def step_at(self, t, row, hx, act_like):
         """The step of row ``t`` of a fragment: :meth:`checked_step` at
         ``t = 0`` (once per fragment, the checks of a real call), else
-        :meth:`step` (inlined: the hot path); both fragment loops call
-        this."""
+        :meth:`step`; both fragment loops call this."""
         if t:
-            return self.actor.step(*row, hx=hx, virtual=False)
+            return self.step(row, hx)
         return self.checked_step(row, hx, act_like)
 
     def lookahead(self, row, hx):
