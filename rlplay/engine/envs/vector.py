@@ -21,12 +21,13 @@ each, so that the fragment's layout is what a list of the same envs gives:
   resets the ended envs at once, and the mapping is exact. Where it does not
   (``CartPoleVectorEnv`` and other native vector envs; ALE's
   ``AtariVectorEnv``, whose ``reset_mask`` could hang in ale-py before
-  2026, is not asked), the column *loses a call* at every episode end, and the layout says so (see
-  :mod:`rlplay.engine.core.layout`): the row where the episode ended holds
-  its true last observation (in ``obs`` as in ``final``), and the next row,
-  the lost call, holds the reset observation with ``fin`` set, no reward,
-  ``stepno = 0`` and no episode statistics, a row that no executed action led
-  to (:func:`rlplay.engine.core.acted` is false there), as sticky's frozen
+  2026, is not asked), the column *loses a call* at every episode end,
+  and the layout says so (see :mod:`rlplay.engine.core.layout`): the row
+  where the episode ended holds its true last observation (in ``obs`` as
+  in ``final``), and the next row, the lost call, holds the reset
+  observation with ``fin`` set, no reward, ``stepno = 0`` and no episode
+  statistics, a row that no executed action led to
+  (:func:`rlplay.engine.core.acted` is false there), as sticky's frozen
   rows are. Its env info is not recorded.
 
 Seeding: where the source takes a list of seeds (``SyncVectorEnv``,
@@ -202,17 +203,10 @@ class VectorSource(SourceBatch):
         except (TypeError, ValueError):
             check_step(self.source, result)  # raises a clear TypeError
             raise
-        # the rewards as the source gave them (float64) into the row; the
-        # common case checked inline: arrays of shape (k,), bool flags
-        if type(terminated) is type(truncated) is type(rew) is np.ndarray \
-                and terminated.dtype is truncated.dtype is BOOL \
-                and terminated.shape == truncated.shape == rew.shape \
-                == (k,) and rew.dtype.kind in "biuf":
-            out.rew[...] = rew
-        else:
-            terminated = _flags(terminated, k, self.name, "terminated")
-            truncated = _flags(truncated, k, self.name, "truncated")
-            _rewards(rew, out.rew, k, self.name, t)
+        terminated = _flags(terminated, k, self.name, "terminated")
+        truncated = _flags(truncated, k, self.name, "truncated")
+        # the rewards as the source gave them (float64) into the row
+        _rewards(rew, out.rew, k, self.name, t)
         ends = terminated | truncated
         # the columns that ended (nonzero(): a fifth of flatnonzero's cost)
         ended = ends.nonzero()[0].tolist()
@@ -255,12 +249,11 @@ class VectorSource(SourceBatch):
             return
         # the step's observations are the true last ones (written already;
         # the loop copies them into final where the source resets late)
-        if self.final_is_obs:
-            pass
-        elif type(final) is np.ndarray:
-            copy_at(final, out.obs, ended)
-        elif final is not None:
-            suply(copy_at, final, out.obs, cols=ended)
+        if final is not None and not self.final_is_obs:
+            if type(final) is np.ndarray:
+                copy_at(final, out.obs, ended)
+            else:
+                suply(copy_at, final, out.obs, cols=ended)
         if not autoreset:
             return
         if self.can_reset_columns:
