@@ -370,8 +370,8 @@ def episode_edges(fragment):
           (``fin``) that an executed action continues in this fragment
           (``acted[t + 1]``); at row ``T``, every ``fin`` (whether the
           episode goes on is known in the next fragment). A frozen row,
-          a lost call or an absent agent's row starts nothing: the episode starts at the last row
-          before its first transition.
+          a lost call or an absent agent's row starts nothing: the
+          episode starts at the last row before its first transition.
         - ``ends``: an executed action ended an episode at row ``t``
           (``acted & fin``): ``final[t]`` holds its last observation,
           ``stats`` its return and length.
@@ -381,11 +381,15 @@ def episode_edges(fragment):
     fin, moved = fragment.state.fin, acted(fragment)
     starts = fin.clone() if isinstance(fin, torch.Tensor) else fin.copy()
     starts[:-1] &= moved[1:]
-    ends = moved & fin
+    ends = _ends(fragment)
     return EpisodeEdges(starts=starts, ends=ends,
                         terminated=terminated(ends, fragment.truncated),
                         truncated=ends & fragment.truncated)
 
+
+def _ends(fragment):
+    """Where an executed action ended an episode: ``acted & fin``."""
+    return acted(fragment) & fragment.state.fin
 
 
 def episode_stats(fragment):
@@ -404,7 +408,7 @@ def episode_stats(fragment):
         to (:func:`acted`: rows ``1..T``, row 0 repeating the previous
         fragment), in row-major order.
     """
-    ended = acted(fragment) & fragment.state.fin  # episode_edges' ends
+    ended = _ends(fragment)
     ret, length = fragment.stats
     if isinstance(ended, torch.Tensor) and ended.device.type != "cpu":
         # selected on the device; only the episodes come over
