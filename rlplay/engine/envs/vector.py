@@ -207,8 +207,9 @@ class VectorSource(SourceBatch):
         truncated = _flags(truncated, k, self.name, "truncated")
         # the rewards as the source gave them (float64) into the row
         _rewards(rew, out.rew, k, self.name, t)
-        ends = terminated | truncated
-        # the columns that ended (nonzero(): a fifth of flatnonzero's cost)
+        # the columns that ended: the row's fin, until the lost calls join
+        # them below (nonzero(): a fifth of flatnonzero's cost)
+        ends = np.logical_or(terminated, truncated, out=out.fin)
         ended = ends.nonzero()[0].tolist()
         casts = [] if check_casts else None
         # the common case inlined: one array of the declared batch shape
@@ -225,7 +226,6 @@ class VectorSource(SourceBatch):
             put_at(out.rew, lost, 0.0)  # no reward either
             self.pending = []
         if ended:
-            put_at(out.fin, ended, True)
             if out.truncated is not None:
                 put_at(out.truncated, [j for j in ended
                                        if not terminated[j]], True)
