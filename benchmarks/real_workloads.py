@@ -33,7 +33,8 @@ from rlplay.engine import BaseActorModule, flatten
 from rlplay.engine.rollout import same
 from workloads import (N_ACTORS, Arrays, NatureCNN, clipper, n_cores,
                        run_actor_alone, run_envs_alone, run_hand,
-                       run_hand_vector, run_source_alone, run_vector)
+                       run_hand_vector, run_source_alone, run_vector,
+                       sample_rows)
 
 try:
     from rlplay.engine.rollout import multi, single
@@ -122,9 +123,7 @@ class PongActor(BaseActorModule):
         return torch.distributions.Categorical(logits=logits).sample()
 
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        T, B = obs.shape[:2]
-        actions = self.sample(obs.reshape(T * B, *obs.shape[2:]))
-        return actions.reshape(T, B), (), {}
+        return sample_rows(self.sample, obs), (), {}
 
 
 class GaussianActor(BaseActorModule):
@@ -145,7 +144,7 @@ class GaussianActor(BaseActorModule):
         return torch.distributions.Normal(mean, self.log_std.exp()).sample()
 
     def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        return self.sample(obs), (), {}
+        return sample_rows(self.sample, obs), (), {}
 
 
 class _Sample(nn.Module):
