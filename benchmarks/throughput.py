@@ -33,7 +33,7 @@ from real_workloads import REAL_WORKLOADS, real_rows
 from rlplay.engine import PolicyActor
 from rlplay.engine.rollout import same
 from workloads import (N_ACTORS, N_CPUS, N_ENVS, WORKLOADS,
-                       MLPActor, hand_loop, hand_vector_loop,
+                       MLPActor, hand_layout_loop, hand_loop, hand_vector_loop,
                        make_cartpole_vec, make_envpool,
                        n_cores, run_actor_alone, run_bare_loop, run_envs_alone,
                        run_generator, run_hand, run_hand_vector,
@@ -96,23 +96,33 @@ def normalized(module, factory, actor, n_steps, *counts, steps_per_batch):
     return run
 
 
-def alternating(factory, actor, n_steps, n_envs, vector=False):
+def alternating(factory, actor, n_steps, n_envs, vector=False,
+                layout=False):
     """A row's ``run``: ``same.rollout`` and the hand-written loop over the
     same envs and actor (``n_envs`` single envs, or with ``vector`` the
     vector env ``factory()``), fragment by fragment in one window
     (:func:`~harness.alternated`); same.rollout's steps/s, with
-    ``x_hand``, its ratio to the hand loop's in that window."""
+    ``x_hand``, its ratio to the hand loop's in that window. With
+    ``layout`` (a vector env), the hand-written loop that writes rlplay's
+    layout (:func:`~workloads.hand_layout_loop`) in place of
+    ``same.rollout``: the ceiling of a loop that delivers rlplay's
+    fragments."""
     def run(seconds):
-        feed = same.rollout(factory, actor, n_steps, n_envs, entropy=0)
+        if layout:
+            loop, close_loop = hand_layout_loop(factory(), actor, n_steps,
+                                                n_envs)
+        else:
+            feed = same.rollout(factory, actor, n_steps, n_envs, entropy=0)
+            loop, close_loop = (lambda: next(feed)), feed.close
         if vector:
             hand, close = hand_vector_loop(factory(), actor, n_steps, n_envs)
         else:
             hand, close = hand_loop(factory, actor, n_steps, n_envs=n_envs)
         try:
-            with closing(feed):
-                rates = alternated({"same": lambda: next(feed), "hand": hand},
-                                   n_steps * n_envs, seconds)
+            rates = alternated({"same": loop, "hand": hand},
+                               n_steps * n_envs, seconds)
         finally:
+            close_loop()
             close()
         return dict(rates["same"], x_hand=rates["same"]["steps_per_s"]
                     / rates["hand"]["steps_per_s"])
@@ -238,6 +248,11 @@ def vector_rows():
         row("same.rollout.make_vec.alternating",
             alternating(make_cartpole_vec, actor, n_steps, n_envs,
                         vector=True), f"1x{n_envs}"),
+        # the ceiling of the row above: a loop that writes rlplay's layout
+        # by hand, as lean as it goes, against the hand loop in one window
+        row("hand.layout.alternating",
+            alternating(make_cartpole_vec, actor, n_steps, n_envs,
+                        vector=True, layout=True), f"1x{n_envs}"),
         row("same.rollout.envpool", envpool_row, f"1x{n_envs}"),
         row(f"multi.rollout.{N_ACTORS}x{n_envs}",
             gen(multi, make_cartpole_vec, N_ACTORS, n_envs, 2 * N_ACTORS,

@@ -6,12 +6,14 @@ and its output is checked for shape: the rows and keys it promises. No
 timing is asserted: performance is measured by the scripts, never by
 tests.
 """
+import contextlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from bounds import BENCHMARK  # the reason in bounds.py
@@ -102,24 +104,90 @@ def test_throughput_runs_the_real_workloads_where_named():
     assert single["ceiling"] == "1x8" and single["pct_ceiling"] > 0
 
 
-def test_the_real_workloads_are_no_part_of_the_default_run(monkeypatch):
-    """The sections that ``--only`` patterns may select: the default
-    ones always, a real one where a pattern names it."""
+@contextlib.contextmanager
+def benchmark_modules(monkeypatch):
+    """Import the benchmarks' modules within; they go at the end (they are
+    not the suite's)."""
     monkeypatch.syspath_prepend(BENCHMARKS)
     before = set(sys.modules)
     try:
-        sections = importlib.import_module("throughput").sections
+        yield importlib.import_module
+    finally:
+        for name in set(sys.modules) - before:
+            if os.path.dirname(getattr(sys.modules[name], "__file__", None)
+                               or "") == BENCHMARKS:
+                del sys.modules[name]
+
+
+def test_the_real_workloads_are_no_part_of_the_default_run(monkeypatch):
+    """The sections that ``--only`` patterns may select: the default
+    ones always, a real one where a pattern names it."""
+    with benchmark_modules(monkeypatch) as load:
+        sections = load("throughput").sections
         default = ["cartpole", "busy", "vector"]
         assert sections([""]) == default
         assert sections(["hand", "same.rollout"]) == default
         assert sections(["atari"]) == default + ["atari", "atari_gym"]
         assert sections(["atari/hand"]) == default + ["atari"]
         assert sections(["busy", "mujoco/hand"]) == default + ["mujoco"]
-    finally:  # the benchmarks' modules go (they are not the suite's)
-        for name in set(sys.modules) - before:
-            if os.path.dirname(getattr(sys.modules[name], "__file__", None)
-                               or "") == BENCHMARKS:
-                del sys.modules[name]
+
+
+def test_the_layout_ceiling_loop_writes_what_same_rollout_delivers(
+        monkeypatch):
+    """The vector section's ceiling, a hand-written loop that writes
+    rlplay's layout, holds what ``same.rollout`` delivers, field by field,
+    fragment after fragment (episode ends, lost calls and returns among
+    them), over the same envs reset alike and a greedy actor."""
+    import gymnasium
+    import torch
+
+    from rlplay.engine.rollout import same
+
+    class FirstSeed(gymnasium.vector.VectorWrapper):
+        # reset with seed 0 the first time, whatever the loop asks
+        def reset(self, *, seed=None, options=None):
+            seed, self.reset = 0, self.env.reset
+            return self.env.reset(seed=seed, options=options)
+
+    with benchmark_modules(monkeypatch) as load:
+        workloads = load("workloads")
+
+        class Greedy(workloads.MLPActor):
+            def sample(self, obs):
+                return self.mlp(obs).argmax(-1)
+
+        torch.manual_seed(0)
+        actor, T, B = Greedy(), 24, 6
+
+        def make():
+            return FirstSeed(workloads.make_cartpole_vec(B))
+
+        fragment, close = workloads.hand_layout_loop(make(), actor, T, B)
+        want = fragment.arrays
+        feed = same.rollout(make, actor, T, B, entropy=0)
+        try:
+            n_ends = 0
+            for _ in range(4):
+                with torch.no_grad():
+                    fragment()
+                got = next(feed)
+                n_ends += int(got.stats.length[1:].gt(0).sum())
+                for key, value in [*got.state._asdict().items(),
+                                   ("truncated", got.truncated),
+                                   ("final", got.final),
+                                   ("acted", got.acted),
+                                   ("ret", got.stats.ret),
+                                   ("length", got.stats.length)]:
+                    # row 0 of the loop's arrays is already the next one's
+                    row0 = value[:1].numpy() if key != "acted" else \
+                        np.zeros((1, B), bool)
+                    assert np.array_equal(
+                        np.concatenate([row0, want[key][1:]]),
+                        value.numpy()), key
+        finally:
+            feed.close()
+            close()
+        assert n_ends >= 4  # a test that sees episodes end
 
 
 def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
