@@ -37,11 +37,13 @@ demo: $(DEMO_STAMP)
 
 # two processes (pytest-xdist), as many as CI's cores: the tests spend
 # much of their time waiting on workers, kernels and timeouts; every test
-# on Ray runs in one of them (tests/conftest.py)
+# on Ray runs in one of them, after its other tests (tests/conftest.py:
+# the collection's order, which --no-loadscope-reorder keeps)
 TEST_PROCESSES ?= 2
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup \
+		--no-loadscope-reorder
 
 # strict: a broken link, anchor or cross-reference fails the build
 docs: $(DOCS_STAMP)

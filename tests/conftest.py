@@ -140,6 +140,18 @@ def ray_cluster():
 
 
 @pytest.fixture(autouse=True)
+def ray_comes_last(request):
+    """Fail a test that is not on Ray but runs in a process where Ray was
+    started: the order that :func:`pytest_collection_modifyitems` sets
+    was lost (a test forking there could hang, see that hook)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and not _uses_ray(request.node) and \
+            ray.is_initialized():
+        pytest.fail("a test runs after Ray was started in its process: the "
+                    "tests on Ray must come last (tests/conftest.py)")
+
+
+@pytest.fixture(autouse=True)
 def no_child_left_behind():
     """Fail a test that leaves a child process running, or a Ray actor
     alive: an actor's process is one of the children walked (below Ray's
@@ -191,10 +203,20 @@ def _uses_ray(item):
             or "cluster" in item.nodeid)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     # with pytest-xdist (make test runs two processes, --dist loadgroup),
     # every test on Ray runs in one of them: one local Ray for the session,
-    # and the ports of a ``ray start`` cluster taken by one test at a time
+    # and the ports of a ``ray start`` cluster taken by one test at a time.
+    # They run last, there as without xdist (make test keeps this order:
+    # --no-loadscope-reorder): once ray.init has started gRPC's threads in
+    # a process, a child that process forks may inherit a lock one of them
+    # held and hang (ray-project/ray#65984), and many tests fork workers
+    # (start_method="fork"); a worker that hung so at its start left a
+    # multi.rollout test to one worker for the whole of its start bound
+    on_ray = [item for item in items if _uses_ray(item)]
+    if on_ray:
+        items[:] = [item for item in items if not _uses_ray(item)] + on_ray
     grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if grouped and _uses_ray(item):
