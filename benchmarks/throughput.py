@@ -119,12 +119,12 @@ def alternating(factory, actor, n_steps, n_envs, vector=False,
         else:
             hand, close = hand_loop(factory, actor, n_steps, n_envs=n_envs)
         try:
-            rates = alternated({"same": loop, "hand": hand},
+            rates = alternated({"loop": loop, "hand": hand},
                                n_steps * n_envs, seconds)
         finally:
             close_loop()
             close()
-        return dict(rates["same"], x_hand=rates["same"]["steps_per_s"]
+        return dict(rates["loop"], x_hand=rates["loop"]["steps_per_s"]
                     / rates["hand"]["steps_per_s"])
     return run
 
