@@ -63,7 +63,10 @@ keyword             default    meaning
 ``start_method``    ``None``   ``'forkserver'`` (the default), ``'spawn'``
                                or ``'fork'``; under the first two a script
                                makes generators under
-                               ``if __name__ == "__main__":``
+                               ``if __name__ == "__main__":``; not
+                               ``'fork'`` in a process that called
+                               ``ray.init`` (a forked worker may inherit
+                               a lock of Ray's gRPC threads and hang)
 ``timeout``         60 s       the longest ``next()`` waits without news
                                from any worker, every wait inside it
                                included; ``None``: no deadline (the
