@@ -242,7 +242,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     checking = mode == "always" or (mode == "first"
                                     and not ctx.spaces_checked)
     policy = _policy_of(ctx, actor)
-    step_at = policy.step_at
+    policy_step = policy.step
     npy, pyt = buffer
     views = ctx.views(buffer)
     envs, T = ctx.envs, len(views.steps)
@@ -259,6 +259,9 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
     copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
+    # the actor records an info (else an empty one is not copied, and one
+    # that grew a key is still caught by copy_info)
+    recorded = bool(flatten(pyt.actor))
     clip = ctx.clip_actions
     checks = _begin_checks(ctx, views) if checking else None
     # a feed-forward actor's hx is (): nothing to reset
@@ -267,8 +270,11 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     for t in range(T):
         step = views.steps[t]
         row_next = step.row_next
-        act, hx_next, info = step_at(t, step.actor_in, hx, step.act_out)
-        copy_info(step.info_out, info)
+        # checked at t = 0 (policy.step_at), inlined: a call less a row
+        act, hx_next, info = policy_step(step.actor_in, hx) if t else \
+            policy.checked_step(step.actor_in, hx, step.act_out)
+        if recorded or info:
+            copy_info(step.info_out, info)
         copy_act(step.act_out, act)
         if checking:
             checks.action(row_next.act, t)

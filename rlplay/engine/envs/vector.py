@@ -111,6 +111,7 @@ class VectorSource(SourceBatch):
         self.source, self.name = source, name
         self.copy_actions = copy_actions
         self.n_envs = int(n_envs)
+        self._k = (self.n_envs,)
         self.observation_space, self.action_space = (observation_space,
                                                      action_space)
         self.mode = AutoresetMode(mode)
@@ -203,10 +204,18 @@ class VectorSource(SourceBatch):
         except (TypeError, ValueError):
             check_step(self.source, result)  # raises a clear TypeError
             raise
-        terminated = _flags(terminated, k, self.name, "terminated")
-        truncated = _flags(truncated, k, self.name, "truncated")
-        # the rewards as the source gave them (float64) into the row
-        _rewards(rew, out.rew, k, self.name, t)
+        # the common case in one test: bool flags and numeric rewards, k of
+        # each; the rewards as the source gave them (float64) into the row
+        if type(terminated) is np.ndarray and type(truncated) is np.ndarray \
+                and type(rew) is np.ndarray and terminated.dtype is BOOL \
+                and truncated.dtype is BOOL and rew.dtype.kind in "biuf" \
+                and terminated.shape == truncated.shape == rew.shape \
+                == self._k:
+            out.rew[...] = rew  # cast as np.copyto(casting="unsafe") would
+        else:
+            terminated = _flags(terminated, k, self.name, "terminated")
+            truncated = _flags(truncated, k, self.name, "truncated")
+            _rewards(rew, out.rew, k, self.name, t)
         # the columns that ended: the row's fin, until the lost calls join
         # them below (nonzero(): a fifth of flatnonzero's cost)
         ends = np.logical_or(terminated, truncated, out=out.fin)
@@ -226,9 +235,8 @@ class VectorSource(SourceBatch):
             put_at(out.rew, lost, 0.0)  # no reward either
             self.pending = []
         if ended:
-            if out.truncated is not None:
-                put_at(out.truncated, [j for j in ended
-                                       if not terminated[j]], True)
+            if out.truncated is not None:  # truncated, not terminated
+                np.greater(truncated, terminated, out=out.truncated)
             self._end(ended, obs, info, out, autoreset, casts)
         if ended or lost or casts:
             return Stepped(ended, lost, casts or ())
