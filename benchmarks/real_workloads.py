@@ -29,12 +29,11 @@ from gymnasium.vector import AsyncVectorEnv
 from torch import nn
 
 from harness import Row, timed
-from rlplay.engine import BaseActorModule, flatten
+from rlplay.engine import FeedForwardActor, flatten
 from rlplay.engine.rollout import same
 from workloads import (N_ACTORS, Arrays, NatureCNN, clipper, n_cores,
                        run_actor_alone, run_envs_alone, run_hand,
-                       run_hand_vector, run_source_alone, run_vector,
-                       sample_rows)
+                       run_hand_vector, run_source_alone, run_vector)
 
 try:
     from rlplay.engine.rollout import multi, single
@@ -109,7 +108,7 @@ def make_cheetah():
 
 # ---------------------------------------------------------------- actors --
 
-class PongActor(BaseActorModule):
+class PongActor(FeedForwardActor):
     """:class:`~workloads.NatureCNN` sampling from a categorical over
     Pong's six actions; :meth:`sample` (frames ``(N, 4, 84, 84)`` uint8 in,
     ``N`` actions out) is what every loop calls."""
@@ -122,11 +121,11 @@ class PongActor(BaseActorModule):
         logits, _ = self.net(obs)
         return torch.distributions.Categorical(logits=logits).sample()
 
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        return sample_rows(self.sample, obs), (), {}
+    def act(self, obs):
+        return self.sample(obs), {}
 
 
-class GaussianActor(BaseActorModule):
+class GaussianActor(FeedForwardActor):
     """A 17-64-64-6 MLP (tanh) giving the mean of a diagonal Gaussian with
     a learned log-std; :meth:`sample` draws float32 actions, unclipped (the
     loops clip what the envs get, as rlplay does)."""
@@ -143,8 +142,8 @@ class GaussianActor(BaseActorModule):
         mean = self.mlp(obs.to(torch.float32))  # MuJoCo gives float64
         return torch.distributions.Normal(mean, self.log_std.exp()).sample()
 
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        return sample_rows(self.sample, obs), (), {}
+    def act(self, obs):
+        return self.sample(obs), {}
 
 
 class _Sample(nn.Module):

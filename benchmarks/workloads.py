@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 from harness import timed
-from rlplay.engine import BaseActorModule
+from rlplay.engine import FeedForwardActor
 
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
            "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
@@ -90,9 +90,9 @@ def make_envpool(seed=None, n_envs=N_VECTOR):
                                   seed=0 if seed is None else seed % 2**31)
 
 
-class MLPActor(BaseActorModule):
+class MLPActor(FeedForwardActor):
     """The benchmarks' actor, a 4-64-64-2 MLP sampling from a categorical;
-    :meth:`sample` is what every loop calls."""
+    :meth:`sample` is what every loop calls (rlplay's through ``act``)."""
 
     def __init__(self, n_obs=4, n_actions=2, n_hidden=64):
         super().__init__()
@@ -105,25 +105,8 @@ class MLPActor(BaseActorModule):
         logits = self.mlp(obs)
         return torch.distributions.Categorical(logits=logits).sample()
 
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        return sample_rows(self.sample, obs), (), {}
-
-
-def sample_rows(sample, obs):
-    """An actor's ``sample`` (``N`` observations in, ``N`` actions out) on
-    the rows rlplay hands its ``step``, ``(T, B, ...)``: called once on
-    the ``T * B`` observations, as the hand-written loops call it, and
-    its actions given back as rows.
-
-    The network sees the same batch in every loop: a ``Linear`` layer a
-    matrix, in one fused ``addmm`` (on a 3-d input it takes a matmul and a
-    separate bias add, about 2 µs more a layer here), and a convolution
-    its ``(N, C, H, W)``. The two view calls cost rlplay's loop about as
-    much as the 3-d input saves the MLP: over the vector env the ratio to
-    the hand loop did not move."""
-    T, B = obs.shape[:2]
-    actions = sample(obs.flatten(0, 1))
-    return actions.view(T, B, *actions.shape[1:])
+    def act(self, obs):
+        return self.sample(obs), {}
 
 
 PIXEL_SHAPE = (4, 84, 84)     # a stacked Atari observation (28,224 bytes)
@@ -181,7 +164,7 @@ class NatureCNN(nn.Module):
         return self.policy(x), self.value(x).squeeze(-1)
 
 
-class CNNActor(BaseActorModule):
+class CNNActor(FeedForwardActor):
     """A :class:`NatureCNN` sampling from a categorical; ``info`` holds the
     value and the log-probability of the sampled action."""
 
@@ -189,14 +172,11 @@ class CNNActor(BaseActorModule):
         super().__init__()
         self.net = NatureCNN(n_actions)
 
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
-        T, B = obs.shape[:2]
-        logits, value = self.net(obs.reshape(T * B, *obs.shape[2:]))
+    def act(self, obs):
+        logits, value = self.net(obs)
         dist = torch.distributions.Categorical(logits=logits)
         action = dist.sample()
-        return action.reshape(T, B), (), {
-            "value": value.reshape(T, B),
-            "logp": dist.log_prob(action).reshape(T, B)}
+        return action, {"value": value, "logp": dist.log_prob(action)}
 
 
 # name: (factory, n_steps of a fragment, envs per actor call)

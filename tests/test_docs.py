@@ -32,6 +32,7 @@ MODULES = [
     "rlplay.engine.rollout.multi", "rlplay.engine.rollout.cluster",
     "rlplay.engine.rollout.evaluate", "rlplay.engine.rollout.episodic",
     "rlplay.engine.core", "rlplay.engine.envs", "rlplay.engine.actor",
+    "rlplay.engine.distributions",
     "rlplay.engine.returns", "rlplay.engine.replay", "rlplay.engine.norm",
     "rlplay.engine.lanes", "rlplay.engine.errors", "rlplay.engine.seeds",
     "rlplay.engine.nested", "rlplay.engine.shared", "rlplay.engine.pool",

@@ -1,5 +1,7 @@
 """The collection engine: nested structures, buffers, core loops."""
-from .actor import BaseActorModule, PolicyActor, check_actor, squashed_normal
+from .actor import (BaseActorModule, FeedForwardActor, PolicyActor,
+                    check_actor)
+from .distributions import squashed_normal
 from .errors import (CapacityError, EnvCallError, RemoteTraceback,
                      RolloutError, RolloutTimeout, WorkerDied, WorkerError)
 from .core import (Context, EpisodeEdges, EpisodeStats, Fragment, Meta,
@@ -14,7 +16,7 @@ from .scalars import flat_scalars, log_stats
 from .shared import Aliased, aliased, numpify, torchify
 
 __all__ = [
-    "BaseActorModule", "PolicyActor", "check_actor", "squashed_normal",
+    "BaseActorModule", "FeedForwardActor", "PolicyActor", "check_actor", "squashed_normal",
     "CapacityError", "EnvCallError", "RemoteTraceback", "RolloutError",
     "RolloutTimeout",
     "WorkerDied", "WorkerError",

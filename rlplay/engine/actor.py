@@ -1,4 +1,5 @@
-"""The actor API: what collection calls, and an adapter for plain policies.
+"""The actor API: what collection calls, a base class for feed-forward
+actors written on batches, and an adapter for plain policies.
 
 An actor is a :class:`torch.nn.Module` with two methods::
 
@@ -22,6 +23,11 @@ Collection calls ``reset(hx, at)`` right after the envs in the bool mask
 ``at`` (shape ``(B,)``) ended an episode, so the next ``step`` sees fresh
 state for them; ``reset`` returns a new ``hx`` and never mutates its input.
 
+:class:`FeedForwardActor` is an actor made of ``act(obs)`` on a batch of
+observations ``(N, ...)``, the form a feed-forward policy is usually
+written in (and the one the fragment loops call fastest);
+:class:`PolicyActor` adapts a plain policy.
+
 :func:`check_actor` tells up front (in the core loops) whether an object is
 an actor at all.
 """
@@ -30,66 +36,13 @@ import inspect
 import torch
 from torch import nn
 
-from .nested import suply
+from .distributions import _mode, _sample_logits, squashed_normal
+from .nested import flatten, suply
+from .signatures import (_check_act_signature, _check_reset_signature,
+                         _check_step_signature, _reset_problem, _step_problem)
 
-__all__ = ["BaseActorModule", "PolicyActor", "check_actor",
-           "squashed_normal"]
-
-_STEP_POSITIONAL = ("stepno", "obs", "act", "rew", "fin")
-_STEP_KEYWORD = ("hx", "virtual")
-
-
-def _step_problem(params):
-    """What is wrong with ``step``'s parameters (``self`` excluded), or
-    ``None``."""
-    kinds = {p.name: p.kind for p in params}
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        return "it must not take *args or **kwargs"
-    positional = [p.name for p in params if p.name not in _STEP_KEYWORD
-                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if tuple(positional) != _STEP_POSITIONAL:
-        return (f"its positional inputs are ({', '.join(positional)}), "
-                f"expected ({', '.join(_STEP_POSITIONAL)}) in this order")
-    if any(kinds[name] is not inspect.Parameter.POSITIONAL_ONLY
-           for name in positional):
-        return "the five inputs must be positional-only: add '/' after fin"
-    keyword = [p.name for p in params if p.name not in positional]
-    missing = [name for name in _STEP_KEYWORD if name not in keyword]
-    extra = [name for name in keyword if name not in _STEP_KEYWORD]
-    if missing or extra:
-        return (f"its keyword parameters are ({', '.join(keyword)}), "
-                f"expected (hx, virtual)")
-    if any(kinds[name] is not inspect.Parameter.KEYWORD_ONLY
-           for name in _STEP_KEYWORD):
-        return "hx and virtual must be keyword-only: add '*' before hx"
-    return None
-
-
-def _check_step_signature(cls, fn):
-    signature = inspect.signature(fn)
-    problem = _step_problem(list(signature.parameters.values())[1:])
-    if problem is not None:
-        raise TypeError(
-            f"{cls.__name__}.step has signature step{signature}; the actor "
-            f"API expects step(self, stepno, obs, act, rew, fin, /, *, hx, "
-            f"virtual): {problem}")
-
-
-def _check_reset_signature(cls, fn):
-    signature = inspect.signature(fn)
-    params = list(signature.parameters.values())[1:]
-    if _reset_problem(params):
-        raise TypeError(
-            f"{cls.__name__}.reset has signature reset{signature}; the actor "
-            f"API expects reset(self, hx, at): two positional inputs, the "
-            f"state and the bool mask of envs to reset")
-
-
-def _reset_problem(params):
-    names = [p.name for p in params
-             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return names != ["hx", "at"] or len(params) != 2
-
+__all__ = ["BaseActorModule", "FeedForwardActor", "PolicyActor",
+           "check_actor"]
 
 def check_actor(actor):
     """Check that ``actor`` is an actor: a :class:`torch.nn.Module` with the
@@ -112,7 +65,8 @@ def check_actor(actor):
     ------
     TypeError
         ``actor`` is not a module, lacks ``step`` or ``reset``, does not
-        implement ``step`` (a bare :class:`BaseActorModule`), or has
+        implement ``step`` (a bare :class:`BaseActorModule`) or ``act`` (a
+        bare :class:`FeedForwardActor`), or has
         signatures other than the actor API's.
 
     Examples
@@ -135,6 +89,13 @@ def check_actor(actor):
                         f"API step(...)/reset(...) (see BaseActorModule), "
                         f"got {type(actor).__name__}{hint}")
     if isinstance(actor, BaseActorModule):
+        if isinstance(actor, FeedForwardActor) and \
+                type(actor).act is FeedForwardActor.act and \
+                type(actor).step is FeedForwardActor.step:
+            raise TypeError(f"actor {type(actor).__name__} does not "
+                            f"implement act(): a FeedForwardActor defines "
+                            f"act(self, obs), the actions and info of N "
+                            f"envs from their observations (N, ...)")
         if type(actor).step is BaseActorModule.step:
             raise TypeError(f"actor {type(actor).__name__} does not "
                             f"implement step(): subclass BaseActorModule "
@@ -227,23 +188,122 @@ def _expand(at, h, dim):
     return at.view(shape).to(h.device)
 
 
-class PolicyActor(BaseActorModule):
+class FeedForwardActor(BaseActorModule):
+    """Base class of feed-forward actors written on a batch of
+    observations: implement :meth:`act`; :meth:`step` is made of it.
+
+    ``act(obs)`` maps the observations of ``N`` envs, ``(N, ...)``, to
+    their actions, ``(N, ...)``, and an ``info`` of tensors ``(N, ...)``
+    (``{}`` for none), as a policy of Stable-Baselines3 or CleanRL is
+    written. The actor keeps no state: its ``hx`` is ``()``.
+
+    :meth:`step` folds the time and env axes of its rows into one batch,
+    ``(T * B, ...)``, calls ``act``, and gives its outputs back as rows
+    ``(T, B, ...)``: a learner that replays a fragment calls ``step`` as
+    it would any actor's. The fragment loops call ``act`` themselves, on
+    each row's observations ``(B, ...)`` (views made once per buffer), and
+    copy its outputs into the row; the first step of a fragment goes
+    through ``step`` and is checked (see :mod:`rlplay.engine.core.policy`).
+    A subclass that overrides ``step`` is called through its ``step``.
+
+    Examples
+    --------
+    >>> class Greedy(FeedForwardActor):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.net = nn.Linear(4, 2)
+    ...     def act(self, obs):
+    ...         logits = self.net(obs)
+    ...         return logits.argmax(-1), {"value": logits.max(-1).values}
+    >>> actor = Greedy()
+    >>> act, hx, info = actor.step(torch.zeros(1, 3, dtype=torch.long),
+    ...                            torch.zeros(1, 3, 4), None, None, None,
+    ...                            hx=(), virtual=False)
+    >>> act.shape, hx, info["value"].shape
+    (torch.Size([1, 3]), (), torch.Size([1, 3]))
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "act" in cls.__dict__:
+            _check_act_signature(cls, cls.__dict__["act"])
+
+    def act(self, obs):
+        """The actions of ``N`` envs from their observations.
+
+        Parameters
+        ----------
+        obs : nested tensors, shape = (N, ...)
+
+        Returns
+        -------
+        act : nested tensors, shape = (N, ...)
+        info : nested tensors, shape = (N, ...)
+            ``{}`` for none.
+        """
+        raise NotImplementedError
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        lead = flatten(obs)[0].shape[:2]  # (T, B)
+        out = self.act(suply(_fold, obs))
+        if not (type(out) is tuple and len(out) == 2):
+            raise TypeError(f"{type(self).__name__}.act must return "
+                            f"(action, info), got {_describe(out)}")
+        action, info = out
+        n = lead[0] * lead[1]
+
+        def unfold(x, what):
+            if not isinstance(x, torch.Tensor) or x.dim() < 1 or \
+                    x.shape[0] != n:
+                shape = tuple(x.shape) if isinstance(x, torch.Tensor) \
+                    else type(x).__name__
+                raise ValueError(f"{type(self).__name__}.act returned "
+                                 f"{what} {shape} for {n} observations: "
+                                 f"act gives one row per observation, "
+                                 f"(N, ...)")
+            return x.unflatten(0, lead)
+
+        return (suply(lambda x: unfold(x, "an action of shape"), action), (),
+                suply(lambda x: unfold(x, "an info leaf of shape"), info))
+
+    def reset(self, hx, at):
+        return ()
+
+
+def _fold(x):
+    return x.flatten(0, 1)
+
+
+def _describe(out):
+    if type(out) is tuple:
+        return f"a tuple of {len(out)}"
+    return type(out).__name__
+
+
+class PolicyActor(FeedForwardActor):
     """Make a plain feed-forward policy usable as an actor.
 
     Parameters
     ----------
     policy : nn.Module
-        Maps an observation batch to action logits for a ``Discrete`` action
-        space, to a :class:`torch.distributions.Distribution`, or to a tuple
-        ``(logits or distribution, value)``.
+        Maps a batch of observations ``(N, ...)`` to action logits ``(N,
+        n)`` for a ``Discrete`` action space, to a
+        :class:`torch.distributions.Distribution` of batch ``(N,)``, or to a
+        tuple ``(logits or distribution, value)``, the value ``(N,)`` or
+        ``(N, 1)``.
     greedy_in_eval : bool
         In eval mode (``actor.eval()``) take the most likely action instead
         of sampling.
 
     Notes
     -----
+    A :class:`FeedForwardActor`: the policy (and :meth:`forward`) gets one
+    batch of observations, the rows of a step folded together, ``(T * B,
+    ...)``, so that a convolution over ``(N, C, H, W)`` is used as it is.
+
     ``info`` holds ``logp`` (the log-probability of the chosen action) and
-    ``value`` when the policy returns one, each of shape ``(1, B)``; for a
+    ``value`` when the policy returns one, each of shape ``(1, B)`` in a
+    step's outputs; for a
     distribution with a batch of per-dimension probabilities (a plain
     ``Normal`` over a ``Box``) ``logp`` keeps those dimensions: wrap it in
     :class:`torch.distributions.Independent` for one joint ``logp``.
@@ -272,7 +332,7 @@ class PolicyActor(BaseActorModule):
     a policy without floating parameters gets the observations unchanged.
     The recorded ``state.obs`` keeps the env's dtype.
 
-    For logits, :meth:`step` samples with the operations of
+    For logits, :meth:`act` samples with the operations of
     :class:`torch.distributions.Categorical` without building one (the
     object costs more than a small policy): the actions and ``logp`` are
     identical to ``Categorical(logits=...)``'s for the same generator
@@ -305,10 +365,12 @@ class PolicyActor(BaseActorModule):
         value = None
         if isinstance(out, tuple):
             out, value = out
-            value = value.squeeze(-1) if value.dim() == obs.dim() else value
+            # one value per observation: (N, 1) is read as (N,)
+            value = value.squeeze(-1) if value.dim() == 2 \
+                and value.shape[-1] == 1 else value
         return out, value
 
-    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+    def act(self, obs):
         greedy = not self.training and self.greedy_in_eval
         if type(self).forward is PolicyActor.forward and not (
                 self._forward_hooks or self._forward_pre_hooks
@@ -321,7 +383,7 @@ class PolicyActor(BaseActorModule):
                 info = {"logp": logp}
                 if value is not None:
                     info["value"] = value
-                return action, (), info
+                return action, info
             dist = out
         else:  # another forward, or hooks on this module: call it
             dist, value = self(obs)
@@ -329,10 +391,7 @@ class PolicyActor(BaseActorModule):
         info = {"logp": dist.log_prob(action)}
         if value is not None:
             info["value"] = value
-        return action, (), info
-
-    def reset(self, hx, at):
-        return ()
+        return action, info
 
     def _cast(self, obs):
         """``obs`` with its floating leaves in the dtype of the policy's
@@ -347,91 +406,3 @@ class PolicyActor(BaseActorModule):
         return suply(lambda x: x.to(dtype) if isinstance(x, torch.Tensor)
                      and x.is_floating_point() and x.dtype != dtype else x,
                      obs)
-
-
-def _sample_logits(logits, greedy=False):
-    """``Categorical(logits=logits)``'s ``sample()`` (or ``mode``) and its
-    ``log_prob``, without the distribution object.
-
-    The same operations as ``torch.distributions.Categorical`` (torch 2.x):
-    the logits are normalised by ``logsumexp``, the probabilities are their
-    ``softmax``, and a sample is ``torch.multinomial(probs_2d, 1, True)``,
-    so that for the same generator state the actions and log-probabilities
-    are identical to the distribution's.
-    """
-    logits = logits - logits.logsumexp(dim=-1, keepdim=True)
-    probs = torch.softmax(logits, dim=-1)
-    if greedy:
-        action = probs.argmax(dim=-1)
-    else:
-        n_events = probs.shape[-1]
-        action = torch.multinomial(probs.reshape(-1, n_events), 1, True)
-        action = action.reshape(probs.shape[:-1])
-    logp = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    return action, logp
-
-
-def _mode(dist):
-    if isinstance(dist, torch.distributions.Categorical):
-        return dist.probs.argmax(-1)
-    if isinstance(dist, torch.distributions.TransformedDistribution):
-        # the transformed mode of the base (tanh of a Gaussian's mean, for
-        # a squashed Gaussian), not the mode of the transformed density
-        x = _mode(dist.base_dist)
-        for transform in dist.transforms:
-            x = transform(x)
-        return x
-    return dist.mode
-
-
-def squashed_normal(mean, std, low, high):
-    """A Gaussian squashed into the box ``[low, high]``: ``tanh`` of
-    ``Independent(Normal(mean, std), 1)``, scaled and shifted onto the box.
-
-    For :class:`PolicyActor` over a ``Box`` action space: every sample lies
-    strictly inside the box, so the env executes exactly the recorded
-    action, and ``log_prob`` of a sample is exact for it (the inverse of
-    the tanh is cached for the value just sampled, so a sample close to
-    the bounds does not lose precision; the log-determinant of the squash
-    is included).
-
-    Parameters
-    ----------
-    mean, std : tensor, shape = (..., D)
-        Of the Gaussian before the squash.
-    low, high : array-like, shape = (D,)
-        The bounds (``space.low``, ``space.high``), finite.
-
-    Returns
-    -------
-    torch.distributions.TransformedDistribution
-        Over ``(..., D)``, one joint ``log_prob`` per action.
-
-    Raises
-    ------
-    ValueError
-        Bounds that are not finite, or not ``low < high``.
-
-    Examples
-    --------
-    >>> dist = squashed_normal(torch.zeros(3, 2), torch.ones(3, 2),
-    ...                        [-1.0, 0.0], [1.0, 4.0])
-    >>> act = dist.sample()
-    >>> bool(((act > torch.tensor([-1.0, 0.0]))
-    ...       & (act < torch.tensor([1.0, 4.0]))).all())
-    True
-    >>> dist.log_prob(act).shape
-    torch.Size([3])
-    """
-    D = torch.distributions
-    low = torch.as_tensor(low, dtype=mean.dtype, device=mean.device)
-    high = torch.as_tensor(high, dtype=mean.dtype, device=mean.device)
-    if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()
-                and (low < high).all()):
-        raise ValueError(f"squashed_normal needs finite bounds with low < "
-                         f"high, got low={low.tolist()} and "
-                         f"high={high.tolist()}")
-    base = D.Independent(D.Normal(mean, std), 1)
-    return D.TransformedDistribution(base, [
-        D.TanhTransform(cache_size=1),
-        D.AffineTransform((high + low) / 2, (high - low) / 2, event_dim=1)])
