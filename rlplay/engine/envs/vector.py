@@ -56,7 +56,7 @@ from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
 from .batch import _CALM, SourceBatch, Stepped, _check_cast
 from .making import check_step, reward
-from .rows import _obs_writer, copy_at, put_at
+from .rows import FEW_COLUMNS, _obs_writer, copy_at
 from .spaces import space_example
 
 __all__ = ["VectorSource"]
@@ -230,14 +230,16 @@ class VectorSource(SourceBatch):
         lost = self.pending
         if out.info_mask:
             self._write_info(info, out, ends, lost)
-        if lost:  # reset observations no action led to
-            put_at(out.fin, lost, True)
-            put_at(out.rew, lost, 0.0)  # no reward either
+        if lost:  # reset observations no action led to, and no reward
             self.pending = []
+            _lose(out.fin, out.rew, lost)
         if ended:
             if out.truncated is not None:  # truncated, not terminated
                 np.greater(truncated, terminated, out=out.truncated)
-            self._end(ended, obs, info, out, autoreset, casts)
+            if not self.final_is_obs:
+                self._end(ended, obs, info, out, autoreset, casts)
+            elif autoreset:  # _end's case of no final to write, inlined
+                self.pending = list(ended)
         if ended or lost or casts:
             return Stepped(ended, lost, casts or ())
         return _CALM
@@ -245,7 +247,9 @@ class VectorSource(SourceBatch):
     def _end(self, ended, obs, info, out, autoreset, casts):
         """The columns ``ended``: their true last observations into
         ``out.final`` and, where the source lets rlplay reset them now, the
-        reset observations into ``out.obs``."""
+        reset observations into ``out.obs``; else their next calls are
+        lost. (Where the loop copies ``final`` from the observations,
+        :attr:`final_is_obs`, :meth:`step` marks the lost calls itself.)"""
         t, final = out.t, out.final
         if self.mode is AutoresetMode.SAME_STEP:
             if final is not None:
@@ -255,9 +259,8 @@ class VectorSource(SourceBatch):
                     if casts is not None:
                         _check_cast(casts, final, j, value, t, False)
             return
-        # the step's observations are the true last ones (written already;
-        # the loop copies them into final where the source resets late)
-        if final is not None and not self.final_is_obs:
+        # the step's observations are the true last ones (written already)
+        if final is not None:
             if type(final) is np.ndarray:
                 copy_at(final, out.obs, ended)
             else:
@@ -364,6 +367,17 @@ def _rewards(value, out, k, name, t):
                          f"its num_envs={k} envs")
     for j, r in enumerate(value.tolist()):
         out[j] = reward(r, j, t)
+
+
+def _lose(fin, rew, cols):
+    """The lost calls of the columns ``cols``: ``fin`` set, no reward."""
+    if len(cols) <= FEW_COLUMNS:
+        for j in cols:
+            fin[j] = True
+            rew[j] = 0.0
+    else:
+        fin[cols] = True
+        rew[cols] = 0.0
 
 
 def _copy_rows(dst, src, n):
