@@ -18,7 +18,7 @@ from rlplay.engine import FeedForwardActor, PolicyActor, check_actor
 from rlplay.engine.core import collect, prepare, startup
 from rlplay.engine.core.policy import (FeedForwardPolicy, LocalPolicy,
                                        as_policy)
-from rlplay.engine.envs import as_batch, make_batch
+from rlplay.engine.envs import make_batch
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import same
 from rlplay.engine.seeds import env_seed_sequences

@@ -36,7 +36,7 @@ import inspect
 import torch
 from torch import nn
 
-from .distributions import _mode, _sample_logits, squashed_normal
+from .distributions import _mode, _sample_logits
 from .nested import flatten, suply
 from .signatures import (_check_act_signature, _check_reset_signature,
                          _check_step_signature, _reset_problem, _step_problem)
@@ -316,11 +316,11 @@ class PolicyActor(FeedForwardActor):
     actions"), as Stable-Baselines3 and CleanRL do: ``logp`` is exact for
     the recorded action, of which the executed one is a function. Where
     the executed action must be the recorded one, squash the Gaussian into
-    the ``Box`` with :func:`squashed_normal`: every sample lies inside,
-    nothing is clipped, and ``logp`` (the tanh's change of variables
-    included) is that of the executed action. In eval mode (greedy) a
-    squashed Gaussian takes the squashed mean, ``tanh`` of the Gaussian's
-    mean scaled into the ``Box``.
+    the ``Box`` with :func:`~rlplay.engine.distributions.squashed_normal`:
+    every sample lies inside, nothing is clipped, and ``logp`` (the tanh's
+    change of variables included) is that of the executed action. In eval
+    mode (greedy) a squashed Gaussian takes the squashed mean, ``tanh`` of
+    the Gaussian's mean scaled into the ``Box``.
 
     Floating observations are cast to the dtype of the policy's
     (first floating) parameters before the policy sees them, as

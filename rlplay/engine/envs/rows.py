@@ -123,3 +123,14 @@ def copy_at(dst, src, cols):
             dst[j] = src[j]
     else:
         dst[cols] = src[cols]
+
+
+def lose_at(fin, rew, cols):
+    """The lost calls of the columns ``cols``: ``fin`` set, no reward."""
+    if len(cols) <= FEW_COLUMNS:
+        for j in cols:
+            fin[j] = True
+            rew[j] = 0.0
+    else:
+        fin[cols] = True
+        rew[cols] = 0.0

@@ -56,7 +56,7 @@ from ..nested import StructureError, flatten, suply
 from ..seeds import reset_seed
 from .batch import _CALM, SourceBatch, Stepped, _check_cast
 from .making import check_step, reward
-from .rows import FEW_COLUMNS, _obs_writer, copy_at
+from .rows import _obs_writer, copy_at, lose_at
 from .spaces import space_example
 
 __all__ = ["VectorSource"]
@@ -232,7 +232,7 @@ class VectorSource(SourceBatch):
             self._write_info(info, out, ends, lost)
         if lost:  # reset observations no action led to, and no reward
             self.pending = []
-            _lose(out.fin, out.rew, lost)
+            lose_at(out.fin, out.rew, lost)
         if ended:
             if out.truncated is not None:  # truncated, not terminated
                 np.greater(truncated, terminated, out=out.truncated)
@@ -367,17 +367,6 @@ def _rewards(value, out, k, name, t):
                          f"its num_envs={k} envs")
     for j, r in enumerate(value.tolist()):
         out[j] = reward(r, j, t)
-
-
-def _lose(fin, rew, cols):
-    """The lost calls of the columns ``cols``: ``fin`` set, no reward."""
-    if len(cols) <= FEW_COLUMNS:
-        for j in cols:
-            fin[j] = True
-            rew[j] = 0.0
-    else:
-        fin[cols] = True
-        rew[cols] = 0.0
 
 
 def _copy_rows(dst, src, n):
