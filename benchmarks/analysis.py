@@ -88,6 +88,10 @@ def analyse(selected, results):
             f"{env_name}/{SAME_ROW.get(env_name, 'same.rollout')}", {})
         listed = rate.get(f"{env_name}/{LIST_ROW.get(env_name)}", {})
         n_envs = SECTIONS[env_name][2]
+        # the hand loop in as many processes, by ceiling ("2x4": its rows)
+        parallel = {row.ceiling: rate[row.name] for row in env_rows
+                    if row.name.startswith(f"{env_name}/hand.parallel.")
+                    and row.name in rate}
         for row in env_rows:
             if row.kind != "row" or row.name not in rate:
                 continue
@@ -104,6 +108,8 @@ def analyse(selected, results):
                 record(row.name, "row", values),
                 ratio=median(within or paired(values, hand)),
                 ratio_same=median(ratio_same),
+                ratio_parallel=median(paired(
+                    values, parallel.get(row.ceiling, {}))),
                 pct_ceiling=median(pct and [100 * x for x in pct]),
                 ceiling=row.ceiling,
                 efficiency=median(efficiency),
@@ -143,7 +149,8 @@ def print_table(records, notes, order, costs):
                   f"{spread(item)}  {item.get('note', '')}")
 
     print(f"\n{'name':<{name_width}} {'steps/s':>9} {'[min-max]':<19} "
-          f"{'x hand':>6} {'x same':>6} {'%ceil':>5} {'ceiling':>7} "
+          f"{'x hand':>6} {'x same':>6} {'x par':>5} {'%ceil':>5} "
+          f"{'ceiling':>7} "
           f"{'eff':>4} {'lrn':>4} {'x list':>6}"
           + (f" {'B/step':>8} {'shm':>8}" if memory else ""))
     table = [r for r in records if r["kind"] == "row"] + notes
@@ -155,6 +162,7 @@ def print_table(records, notes, order, costs):
         pct = item["pct_ceiling"]
         print(f"{item['name']:<{name_width}} {spread(item)} "
               f"{fmt(item['ratio']):>6} {fmt(item['ratio_same']):>6} "
+              f"{fmt(item['ratio_parallel']):>5} "
               f"{'-' if pct is None else f'{pct:.0f}%':>5} "
               f"{item['ceiling'] or '-':>7} "
               f"{fmt(item['efficiency']):>4} "
@@ -162,7 +170,9 @@ def print_table(records, notes, order, costs):
               f"{fmt(item.get('ratio_list')):>6}"
               + (_memory(item) if memory else ""))
     print("x hand, x same: over the hand-written loop's and same.rollout's "
-          "steps/s on the same env (vector: same.rollout.make_vec); %ceil: "
+          "steps/s on the same env (vector: same.rollout.make_vec); x par: "
+          "over the hand loop's in as many processes at once "
+          "(hand.parallel.<ceiling>: the measured ceiling); %ceil: "
           f"of ceiling.<ceiling>; eff: x same / {N_ACTORS}; lrn: this "
           "process's CPU time over wall time (cores); x list (vector): over "
           f"same.rollout over {N_VECTOR} single envs. Ratios are medians of "

@@ -9,17 +9,23 @@ the median of its rounds and their spread ``[min-max]``; :func:`paired`
 takes a ratio of two rows round by round (two rows measured minutes apart
 would drift). Where a ratio itself is the point, :func:`alternated` times
 two loops fragment by fragment within one window, so that both see the
-same machine. Nothing here asserts a timing.
+same machine. :func:`timed_in_processes` times copies of a loop in as
+many processes at once: what the machine's cores do with the work when
+nothing passes between them, the measured ceiling of a row of workers.
+Nothing here asserts a timing.
 """
 import json
+import multiprocessing
 import sys
+import threading
 import time
 import traceback
 
 import numpy as np
 import torch
 
-__all__ = ["WARMUP_SECONDS", "Row", "timed", "alternated", "measure",
+__all__ = ["WARMUP_SECONDS", "Row", "timed", "alternated",
+           "timed_in_processes", "measure",
            "stats", "paired", "median", "record", "print_json", "spread",
            "fmt"]
 
@@ -103,6 +109,77 @@ def alternated(fragments, steps_per_fragment, seconds):
         results[name] = {"steps_per_s": steps / spent[name], "steps": steps,
                          "learner_cpu": load}
     return results
+
+
+# a copy's set-up and warm-up, and its report after the window (seconds)
+SET_UP_SECONDS = 120
+
+
+def timed_in_processes(build, steps_per_fragment, seconds, n_procs):
+    """Time ``n_procs`` copies of a loop at once, each in a process of its
+    own (forked, one torch thread): ``build()`` returns ``(fragment,
+    close)`` there; every copy warms up, they start together and each
+    calls ``fragment()`` for ``seconds``.
+
+    Returns ``{"steps_per_s", "steps", "learner_cpu"}``: the sum of the
+    copies' steps/s (this process only waits). Each wait is bounded; a
+    copy that fails or hangs raises ``RuntimeError`` here, with its error,
+    and none outlives the call."""
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(n_procs + 1)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
+    procs = [ctx.Process(target=_timed_copy, daemon=True, args=(
+        build, steps_per_fragment, seconds, barrier, send))
+        for _, send in pipes]
+    results = []
+    try:
+        for proc in procs:
+            proc.start()
+        try:
+            barrier.wait(SET_UP_SECONDS)  # every copy built and warm
+        except threading.BrokenBarrierError:
+            pass  # a copy failed or hung: its report says which
+        for (receive, _), proc in zip(pipes, procs):
+            if not receive.poll(seconds + SET_UP_SECONDS):
+                results.append(f"no report (exit code {proc.exitcode})")
+                break
+            results.append(receive.recv())
+    finally:
+        barrier.abort()
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+    # the copy that failed first, rather than those its failure stopped
+    errors = sorted((result for result in results if isinstance(result, str)),
+                    key=lambda error: "BrokenBarrierError" in error)
+    if errors:
+        raise RuntimeError(f"a timed copy failed: {errors[0]}")
+    return {"steps_per_s": sum(r["steps_per_s"] for r in results),
+            "steps": sum(r["steps"] for r in results), "learner_cpu": 0.0}
+
+
+@torch.no_grad()
+def _timed_copy(build, steps_per_fragment, seconds, barrier, send):
+    torch.set_num_threads(1)
+    try:
+        fragment, close = build()
+        try:
+            _warm_up(fragment)
+            barrier.wait(SET_UP_SECONDS)
+            tic, n = time.perf_counter(), 0
+            while time.perf_counter() - tic < seconds:
+                fragment()
+                n += 1
+            elapsed = time.perf_counter() - tic
+        finally:
+            close()
+        send.send({"steps_per_s": n * steps_per_fragment / elapsed,
+                   "steps": n * steps_per_fragment})
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        send.send(f"{type(exc).__name__}: {exc}")
+        barrier.abort()
 
 
 def measure(selected, n_rounds, seconds):

@@ -28,12 +28,13 @@ import torch
 from gymnasium.vector import AsyncVectorEnv
 from torch import nn
 
-from harness import Row, timed
+from harness import Row, timed, timed_in_processes
 from rlplay.engine import FeedForwardActor, flatten
 from rlplay.engine.rollout import same
-from workloads import (N_ACTORS, Arrays, NatureCNN, clipper, n_cores,
-                       run_actor_alone, run_envs_alone, run_hand,
-                       run_hand_vector, run_source_alone, run_vector)
+from workloads import (N_ACTORS, Arrays, NatureCNN, clipper, hand_loop,
+                       hand_vector_loop, n_cores, run_actor_alone,
+                       run_envs_alone, run_hand, run_hand_vector,
+                       run_source_alone, run_vector)
 
 try:
     from rlplay.engine.rollout import multi, single
@@ -334,6 +335,15 @@ def real_rows(section):
     def floor(name, run):
         return Row(f"{section}/floor.{name}", run, "floor")
 
+    def hand_in_processes(n):  # the hand loop of n envs in N_ACTORS copies
+        def build():
+            if source is make_ale:
+                return hand_vector_loop(make_ale(n), actor, n_steps, n)
+            return hand_loop(factory, actor, n_steps, n_envs=n)
+        return row(f"hand.parallel.{N_ACTORS}x{n}", lambda s: (
+            timed_in_processes(build, n_steps * n, s, N_ACTORS)),
+            f"{n2}x{n}")
+
     hand_bytes = functools.partial(arrays_bytes, single_env, n_steps)
     if source is make_ale:
         envs_alone = functools.partial(run_source_alone, make_ale, n_steps,
@@ -350,6 +360,10 @@ def real_rows(section):
         floor(f"actor.{n_per_actor}", lambda s: run_actor_alone(
             single_env, actor, n_per_actor, s, ACTOR_CALLS[section])),
         row("hand", with_memory(hand, hand_bytes), f"1x{n_envs}"),
+        # the hand loop in N_ACTORS processes at once, nothing delivered:
+        # the measured ceiling of the rows of as many workers
+        hand_in_processes(n_per_actor),
+        hand_in_processes(n_envs),
         row("same.rollout", rlplay_run(same, of(n_envs), actor, n_steps,
                                        n_envs), f"1x{n_envs}"),
         row("single.rollout", rlplay_run(single, of(n_envs), actor, n_steps,

@@ -27,7 +27,8 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 import harness
 import rlplay
 from analysis import analyse, print_table
-from harness import Row, alternated, measure, print_json, timed
+from harness import (Row, alternated, measure, print_json, timed,
+                     timed_in_processes)
 from profiling import profile, profile_costs, run_profile
 from real_workloads import REAL_WORKLOADS, real_rows
 from rlplay.engine import PolicyActor
@@ -241,6 +242,12 @@ def vector_rows():
             make_cartpole_vec, actor, n_steps, s), "floor"),
         row("hand", lambda s: run_hand_vector(make_cartpole_vec, actor,
                                               n_steps, s), f"1x{n_envs}"),
+        # the hand loop in N_ACTORS processes at once: the measured ceiling
+        # of the multi rows
+        row(f"hand.parallel.{N_ACTORS}x{n_envs}", lambda s: (
+            timed_in_processes(lambda: hand_vector_loop(
+                make_cartpole_vec(), actor, n_steps, n_envs), batch, s,
+                N_ACTORS)), f"{n2}x{n_envs}"),
         row("same.rollout.singles", gen(same, factory, n_envs),
             f"1x{n_envs}"),
         row("same.rollout.make_vec", gen(same, make_cartpole_vec, n_envs),

@@ -35,6 +35,14 @@ def json_rows(stdout):
         line for line in stdout.splitlines() if line.startswith("{")))}
 
 
+def load_harness():
+    spec = importlib.util.spec_from_file_location(
+        "harness", os.path.join(BENCHMARKS, "harness.py"))
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    return harness
+
+
 def test_throughput_prints_floors_ceilings_and_ratios():
     rows = json_rows(run("throughput.py", "--json", "--duration", "0.05",
                          "--warmup", "0.05", "--rounds", "2", "--only",
@@ -195,10 +203,7 @@ def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
     other 3/64 s (exact in binary): each is timed over its own calls only,
     one of each per turn, the first of a turn rotating, until each has had
     ``seconds``."""
-    spec = importlib.util.spec_from_file_location(
-        "harness", os.path.join(BENCHMARKS, "harness.py"))
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
+    harness = load_harness()
     clock, calls = [0.0], []
     monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
 
@@ -220,6 +225,56 @@ def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
     assert rates["fast"]["steps"] == rates["slow"]["steps"] == 6400
     assert rates["fast"]["steps_per_s"] == 6400.0
     assert rates["slow"]["steps_per_s"] == pytest.approx(6400 / 3)
+
+
+def test_timed_in_processes_sums_its_copies_and_names_a_failure():
+    """Each copy runs its own loop in a process of its own (each built
+    there: a process id of its own) and the rates add up; a copy whose
+    build fails stops the others, and its error is the one raised."""
+    harness = load_harness()
+    harness.WARMUP_SECONDS = 0.0
+    parent = os.getpid()
+
+    def build():
+        calls = []
+
+        def fragment():
+            calls.append(os.getpid())
+            assert os.getpid() != parent
+
+        return fragment, lambda: None
+
+    result = harness.timed_in_processes(build, 10, 0.05, 3)
+    assert result["steps"] > 0 and result["steps"] % 10 == 0
+    assert result["steps_per_s"] > 0 and result["learner_cpu"] == 0.0
+
+    ctx = harness.multiprocessing.get_context("fork")
+    built = ctx.Value("i", 0)
+
+    def failing():  # the second copy built fails; the others wait for it
+        with built.get_lock():
+            built.value += 1
+            if built.value == 2:
+                raise ValueError("no env for this copy")
+        return build()
+
+    with pytest.raises(RuntimeError, match="ValueError: no env for this"):
+        harness.timed_in_processes(failing, 10, 0.05, 3)
+
+
+def test_throughput_parallel_hand_is_the_ratio_of_its_multi_rows():
+    """``hand.parallel.2x64``: the hand loop in 2 processes; ``x par`` of
+    the rows with its ceiling (``2x64``) is their ratio to it."""
+    rows = json_rows(run("throughput.py", "--json", "--duration", "0.05",
+                         "--warmup", "0.05", "--rounds", "2", "--only",
+                         "vector/hand.parallel,vector/multi.rollout.2x64"))
+    par, multi = (rows[f"vector/{name}"] for name in (
+        "hand.parallel.2x64", "multi.rollout.2x64"))
+    assert par["ceiling"] == multi["ceiling"] == "2x64"
+    assert par["ratio_parallel"] == 1.0 and par["learner_cpu"] == 0.0
+    ratios = [a / b for a, b in zip(multi["rounds"], par["rounds"])]
+    assert multi["ratio_parallel"] == pytest.approx(
+        float(np.median(ratios)), abs=2e-3)
 
 
 def test_throughput_profile_prints_its_parts():
