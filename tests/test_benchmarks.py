@@ -93,7 +93,14 @@ def test_throughput_runs_the_real_workloads_where_named():
               "ceiling.1x8", "ceiling.2x8", "ceiling.2x4", "ceiling.async"]
     assert sorted(rows) == sorted(
         [f"{section}/{name}" for section in ("atari", "mujoco")
-         for name in floors] + ["atari/hand", "mujoco/single.rollout"])
+         for name in floors] + ["atari/hand", "mujoco/single.rollout",
+                                "atari/hand.parallel.2x4",
+                                "atari/hand.parallel.2x8"])
+    # the hand loop in 2 processes at once (over the vector env of 4, of
+    # 8): the measured ceiling of the multi rows
+    for n in (4, 8):
+        par = rows[f"atari/hand.parallel.2x{n}"]
+        assert par["ceiling"] == f"2x{n}" and par["ratio_parallel"] == 1.0
     # the hand loop's arrays: a (4, 84, 84) uint8 frame a step and the
     # lookahead row of 8 envs (32-step fragments), an int64 action, a
     # float32 reward and a done flag; no worker
