@@ -15,18 +15,18 @@ def test_fragment_accounts_count_steps_and_close_episodes():
     ret, length = np.zeros(3), np.zeros(3, np.int64)
     rew_row = np.zeros(3, np.float32)
     acc.rew[:] = [0.1, 1.0, 2.0]
-    acc.add(rew_row, stepno[0], stepno[1])
+    acc.add(acc.rew, rew_row, stepno[0], stepno[1])
     assert rew_row.tolist() == pytest.approx([0.1, 1.0, 2.0])
     assert stepno[1].tolist() == [3, 1, 8]
     assert stepno[2:].tolist() == [[-1] * 3] * 3  # not stepped yet
-    acc.add(rew_row, stepno[1], stepno[2])
+    acc.add(acc.rew, rew_row, stepno[1], stepno[2])
     # column 0 ends at row 2; column 1's call at row 2 was lost
     acc.end([0], stepno[1], stepno[2], ret, length)
     acc.lose([1], stepno[2])
     assert ret[0] == 0.1 + 0.1 and length[0] == 2 + 1 + 1
     assert acc.ret.tolist() == [0.0, 2.0, 4.0]
-    acc.add(rew_row, stepno[2], stepno[3])
-    acc.add(rew_row, stepno[3], stepno[4])
+    acc.add(acc.rew, rew_row, stepno[2], stepno[3])
+    acc.add(acc.rew, rew_row, stepno[3], stepno[4])
     assert stepno[:, 0].tolist() == [2, 3, 0, 1, 2]
     assert stepno[:, 1].tolist() == [0, 1, 0, 1, 2]
     assert stepno[:, 2].tolist() == [7, 8, 9, 10, 11]
@@ -50,7 +50,7 @@ def test_many_ends_and_lost_calls_at_once(many):
         ret, length = np.zeros(B), np.zeros(B, np.int64)
         ended, lost = list(range(0, many)), list(range(many, B))[:many]
         for s in range(T):
-            acc.add(np.zeros(B, np.float32), stepno[s], stepno[s + 1])
+            acc.add(acc.rew, np.zeros(B, np.float32), stepno[s], stepno[s + 1])
             if s != t:
                 continue
             if key == "together":
@@ -73,6 +73,62 @@ def test_many_ends_and_lost_calls_at_once(many):
     assert rows["apart"][1][:many] == [(t + 1) * j / 2 for j in range(many)]
 
 
+def test_settled_accounts_are_those_kept_step_by_step():
+    """The fragment loop's deferred accounts (record each row, settle after
+    the rows) give what add and end give step by step, bit for bit: the
+    same float64 sums in the same order, a return carried from fragment
+    to fragment, starting from 0 after each end (a NaN reward spoils its
+    own episode's return, not the next), the statistics only where an
+    episode ended."""
+    rng = np.random.default_rng(3)
+    B, T = 5, 7
+    stepped, settled = Accounts(B), Accounts(B)
+    stepno = {key: np.zeros((T + 1, B), np.int64) for key in "ab"}
+    for fragment in range(3):
+        rew = rng.normal(size=(T, B)) * 1e3 + 1 / 3  # sums that round
+        ended = rng.random((T, B)) < 0.3
+        if fragment == 1:  # a NaN reward in an episode that ends at row 5
+            rew[2, 3] = np.nan
+            ended[:, 3] = False
+            ended[4, 3] = True
+        stats = {key: (np.zeros((T + 1, B)), np.zeros((T + 1, B), np.int64))
+                 for key in "ab"}
+        for key, acc in (("a", stepped), ("b", settled)):
+            steps, (ret, length) = stepno[key], stats[key]
+            steps[0] = steps[T]
+            for t in range(T):
+                if key == "a":
+                    acc.rew[:] = rew[t]
+                    acc.add(acc.rew, np.zeros(B, np.float32), steps[t],
+                            steps[t + 1])
+                    cols = np.flatnonzero(ended[t]).tolist()
+                    if cols:
+                        acc.end(cols, steps[t], steps[t + 1], ret[t + 1],
+                                length[t + 1])
+                else:
+                    rew_row = np.zeros(B, np.float32)
+                    acc.record(rew[t], rew_row, steps[t], steps[t + 1])
+                    assert np.array_equal(rew_row, rew[t].astype(
+                        np.float32), equal_nan=True)
+                    steps[t + 1][ended[t]] = 0  # what the loop writes
+            if key == "b":
+                acc.settle(rew, ended, ret[1:], length[1:], steps[:-1])
+            acc.finish(steps[T])
+        assert np.array_equal(stepno["a"], stepno["b"])
+        for a, b in zip(stats["a"], stats["b"]):
+            assert np.array_equal(a, b, equal_nan=True)
+        assert np.array_equal(stepped.ret, settled.ret, equal_nan=True)
+        assert np.array_equal(stepped.length, settled.length)
+        ret, length = stats["b"]
+        assert length[1:][ended].min() > 0 and not length[1:][~ended].any()
+        assert not ret[1:][~ended].any()
+        if fragment == 1:  # the NaN spoilt its own episode's return only
+            assert np.isnan(ret[5, 3]) and not np.isnan(settled.ret[3])
+        else:
+            assert not np.isnan(ret).any()
+    assert not np.isnan(settled.ret).any()
+
+
 def test_sticky_accounts_leave_frozen_columns_alone():
     acc = Accounts(2)
     stepno = np.zeros((3, 2), np.int64)
@@ -80,7 +136,7 @@ def test_sticky_accounts_leave_frozen_columns_alone():
     stepno[1, 0] = stepno[0, 0]  # what the loop's freeze writes
     rew_row = np.zeros(2, np.float32)
     acc.rew[:] = [5.0, 7.0]
-    acc.add(rew_row, stepno[0], stepno[1], live=[1])
+    acc.add(acc.rew, rew_row, stepno[0], stepno[1], live=[1])
     assert rew_row.tolist() == [0.0, 7.0] and acc.ret.tolist() == [0.0, 7.0]
     assert stepno[1].tolist() == [4, 10]
 

@@ -2,9 +2,11 @@
 
 An env batch reports what happened in a step (a
 :class:`~rlplay.engine.envs.Stepped`: the columns that ended, the lost
-calls) and writes the rewards as its envs gave them, float64, into
-:attr:`Accounts.rew` (its ``RowOut.rew``); it keeps no accounts. The
-accounts of the episodes under way are kept here, once, for both loops:
+calls) and writes the rewards as its envs gave them, float64, into its
+``RowOut.rew`` (in a fragment, that step's row of a ``(T, B)`` scratch
+the loop keeps; in the episode loop, :attr:`Accounts.rew`); it keeps no
+accounts. The accounts of the episodes under way are kept here, once, for
+both loops:
 
 - running returns: each stepped column's reward added to its entry, in
   the order the envs gave them, so that a return is the float64 sum of
@@ -15,7 +17,12 @@ accounts of the episodes under way are kept here, once, for both loops:
   ``state.stepno``, each row's counted on from the row before as the step
   that leads to it is taken (0 where a new episode starts: after an end
   or a lost call), and the episode statistics of the rows where episodes
-  end.
+  end. The loop writes what the actor may read of a row (its rewards and
+  step counts) as the rows are collected (:meth:`Accounts.record`), and
+  the returns and statistics after them, in order, in a few operations a
+  row (:meth:`Accounts.settle`); a sticky fragment, whose frozen columns
+  are not stepped, keeps them step by step (:meth:`Accounts.add`,
+  :meth:`Accounts.end`).
 
 :func:`~.episodes.evaluate` counts steps itself (:meth:`Accounts.count`),
 as its columns may play on uncounted (an episode cut at ``max_steps`` on a
@@ -60,13 +67,46 @@ class Accounts:
     # ------------------------------------------------- the fragment loop --
     # (``steps`` and ``steps_next``: the step counts, ``state.stepno``, of
     # a fragment's row t and row t + 1, views the loop keeps)
-    def add(self, rew_row, steps, steps_next, live=None):
+    def record(self, rew, rew_row, steps, steps_next):
+        """The step from row ``t`` of every column: its rewards ``rew``
+        (float64, as the envs gave them) into ``rew_row`` (the fragment's
+        float32 row ``t + 1``); row ``t + 1``'s step counts one on from row
+        ``t``'s (0 where a new episode starts: set by the loop). The
+        returns and the statistics wait for :meth:`settle`, after the
+        rows."""
+        rew_row[...] = rew
+        np.add(steps, 1, steps_next)
+
+    def settle(self, rew, ended, ret_rows, length_rows, steps):
+        """The rows of a fragment are collected (with :meth:`record`):
+        their rewards ``rew`` (``(T, B)`` float64) added to the running
+        returns row after row, in order (each return the same float64 sum
+        as :meth:`add` makes), starting from 0 again after each end; the
+        return and length of each episode that ended into the statistics
+        ``ret_rows``, ``length_rows`` (rows ``1..T``), where ``ended``
+        (``(T, B)`` bool: an executed action ended an episode at row
+        ``t + 1``); ``steps``, the step counts of rows ``0..T - 1``."""
+        run = np.empty_like(rew)
+        ret = self.ret
+        rows_ended = ended.any(axis=1).tolist()
+        for t, any_ended in enumerate(rows_ended):
+            np.add(ret, rew[t], out=run[t])
+            # after an end the column's next episode starts from 0
+            ret = np.where(ended[t], 0.0, run[t]) if any_ended else run[t]
+        self.ret[...] = ret
+        np.copyto(ret_rows, run, where=ended)
+        # an episode's length is its step count plus its last step
+        np.add(steps, 1, out=length_rows, where=ended)
+
+    # (sticky fragments, whose frozen columns are not stepped, keep their
+    # accounts step by step)
+    def add(self, rew, rew_row, steps, steps_next, live=None):
         """The step from row ``t`` of the columns ``live`` (all by
-        default): its rewards into ``rew_row`` (the fragment's float32 row
-        ``t + 1``) and onto the running returns; row ``t + 1``'s step
-        counts one on from row ``t``'s (:meth:`end` and :meth:`lose` set 0
-        where a new episode starts)."""
-        rew, ret = self.rew, self.ret
+        default): its rewards ``rew`` into ``rew_row`` (the fragment's
+        float32 row ``t + 1``) and onto the running returns; row ``t + 1``'s
+        step counts one on from row ``t``'s (:meth:`end` and :meth:`lose`
+        set 0 where a new episode starts)."""
+        ret = self.ret
         if live is None:
             rew_row[...] = rew
             ret += rew

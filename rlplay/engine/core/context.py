@@ -28,10 +28,11 @@ the accounts' float64 scratch), and the episode statistics and the
 
 class _Views:
     """Per-row views of one buffer, made once so the loop only indexes;
-    ``rew`` is where the env batch writes a step's rewards (float64, the
-    :class:`~.accounting.Accounts`' scratch)."""
+    ``rew``, ``(T, B)`` float64, is where the env batch writes each step's
+    rewards as the envs gave them (:class:`~.accounting.Accounts` records
+    them in the fragment's float32 rows and adds them to the returns)."""
 
-    def __init__(self, buffer, rew):
+    def __init__(self, buffer):
         npy, pyt = buffer
         T1, B = npy.state.fin.shape
         self.buffer = buffer
@@ -42,11 +43,12 @@ class _Views:
         final = [getitem(npy.final, t) for t in range(T1)]
         self.state, self.final = state, final
         # the env batch writes the rewards as the envs gave them into
-        # `rew`; the accounts record them in the fragment's float32 row
+        # `rew`; the accounts record them in the fragment's float32 rows
+        self.rew = rew = np.zeros((T1 - 1, B), np.float64)
         self.steps = [
             _Step(actor_in=rows[t], act_out=rows[t + 1].act,
                   info_out=self.actor[t], row=state[t], row_next=state[t + 1],
-                  out=RowOut(t=t, obs=state[t + 1].obs, rew=rew,
+                  out=RowOut(t=t, obs=state[t + 1].obs, rew=rew[t],
                              fin=state[t + 1].fin,
                              truncated=npy.truncated[t + 1],
                              final=final[t + 1], info=getitem(npy.env, t),
@@ -121,7 +123,7 @@ class Context:
     def views(self, buffer):
         views = self._views.get(id(buffer))
         if views is None or views.buffer is not buffer:
-            views = _Views(buffer, self.accounts.rew)
+            views = _Views(buffer)
             self._views[id(buffer)] = views
         return views
 

@@ -290,10 +290,18 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
             live, check_casts=checking)
         if casts:
             _raise_cast(casts[0])
-        accounts.add(row_next.rew, step.row.stepno, row_next.stepno, live)
+        if sticky:
+            accounts.add(step.out.rew, row_next.rew, step.row.stepno,
+                         row_next.stepno, live)
+        else:  # the returns and statistics after the rows (settle)
+            accounts.record(step.out.rew, row_next.rew, step.row.stepno,
+                            row_next.stepno)
         if ended:
-            accounts.end(ended, step.row.stepno, row_next.stepno, step.ret,
-                         step.length)
+            if sticky:
+                accounts.end(ended, step.row.stepno, row_next.stepno,
+                             step.ret, step.length)
+            else:  # the new episodes count from 0
+                put_at(row_next.stepno, ended, 0)
             if checking and step.out.final is not None and \
                     not envs.final_is_obs:  # else checked as obs below
                 checks.observation(getitem(step.out.final, ended),
@@ -313,6 +321,10 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
                 np.copyto(fin_np, row_next.fin)
                 hx = policy.reset(hx, fin_at.clone())
 
+    if not sticky:
+        accounts.settle(views.rew, npy.acted[1:] & npy.state.fin[1:],
+                        npy.stats.ret[1:], npy.stats.length[1:],
+                        npy.state.stepno[:-1])
     _end_fragment(policy, npy, views, ctx, hx, version, sticky,
                   sparse_final)
     if checking:
