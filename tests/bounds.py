@@ -87,10 +87,13 @@ DOC_BLOCK = 240.0
 # (10 to 15 s on an idle two-core machine)
 DOCS_BUILD = 180.0
 
-# notebooks: one cell, one whole notebook, a kernel's start
+# notebooks: one cell, one whole notebook, a kernel's start, and the wait
+# for a cell's last output after its reply (nbclient's iopub_timeout, 4 s
+# by default, past which it drops the output without a word)
 NOTEBOOK_CELL = 600
 NOTEBOOK = 900
 KERNEL_START = 120
+NOTEBOOK_OUTPUT = 120
 
 # a Python script that a test runs in a fresh interpreter (a subprocess's
 # ``timeout=``): it imports torch and may start a few workers under

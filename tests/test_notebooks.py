@@ -41,7 +41,8 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
 # bounds: one cell, one notebook, kernel start (bounds.py says why)
 from bounds import (KERNEL_START as STARTUP_TIMEOUT,  # noqa: E402
-                    NOTEBOOK as NOTEBOOK_TIMEOUT, NOTEBOOK_CELL as CELL_TIMEOUT)
+                    NOTEBOOK as NOTEBOOK_TIMEOUT, NOTEBOOK_CELL as CELL_TIMEOUT,
+                    NOTEBOOK_OUTPUT as OUTPUT_TIMEOUT)
 
 KERNEL_NAME = "rlplay-tests"
 RESULT_PREFIX = "RESULT "
@@ -326,10 +327,14 @@ def test_notebook_runs(path, kernel_spec_manager):
                             kernel_spec_manager=kernel_spec_manager)
     client = nbclient.NotebookClient(
         nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=STARTUP_TIMEOUT,
+        iopub_timeout=OUTPUT_TIMEOUT, raise_on_iopub_timeout=True,
         resources={"metadata": {"path": str(path.parent)}})
     # cleanup_kc: shut the kernel down at the end, even though the client
     # does not own its manager; a failing cell raises CellExecutionError
-    # with the cell's traceback
+    # with the cell's traceback; a cell whose output is still on its way
+    # after its reply is waited for (on a loaded machine, past nbclient's
+    # 4 s default: the output, a RESULT line with it, was dropped) and
+    # a wait past OUTPUT_TIMEOUT fails the test by name
     client.execute(cleanup_kc=True)
     result = _result(nb, path)
     print(f"{path.stem}: {result}")
