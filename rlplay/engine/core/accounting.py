@@ -108,9 +108,8 @@ class Accounts:
         set 0 where a new episode starts)."""
         ret = self.ret
         if live is None:
-            rew_row[...] = rew
+            self.record(rew, rew_row, steps, steps_next)
             ret += rew
-            np.add(steps, 1, steps_next)
         else:  # sticky: the frozen columns were not stepped
             rew_row[live] = rew[live]
             ret[live] += rew[live]
