@@ -32,7 +32,7 @@ from harness import fmt, median, paired, print_json, stats
 from rlplay.engine.core import EpisodeStats, Fragment, Meta, State
 from rlplay.engine.core.finals import fill_final
 from rlplay.engine.nested import suply
-from rlplay.engine.rollout._batch import Collation
+from rlplay.engine.workers._batch import Collation
 
 T, B, FRAME = 32, 8, (4, 84, 84)
 

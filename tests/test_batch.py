@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlplay.engine.core import EpisodeStats, Fragment, Meta, State
-from rlplay.engine.rollout._batch import (Arrival, Collation, ReadyQueue,
+from rlplay.engine.workers._batch import (Arrival, Collation, ReadyQueue,
                                           check_hx_dim)
 
 

@@ -106,7 +106,7 @@ def test_sampling_actor_reproduces_same_rollout():
 def test_ray_params_publish_and_load():
     """One ``ray.put`` per version; ``load`` copies the tensors and the mode
     only when the version differs; another architecture is refused."""
-    from rlplay.engine.rollout._params import RayParams
+    from rlplay.engine.workers._params import RayParams
     actor, worker = CountingActor(), CountingActor()
     params = RayParams(actor)
     with torch.no_grad():

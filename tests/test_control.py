@@ -31,7 +31,7 @@ from generators import (RAY_STARTED_BOUND, CountingActor, fragments_of,
 from rlplay.engine import EnvCallError, PolicyActor, WorkerError
 from rlplay.engine.envs import EnvList, VectorSource
 from rlplay.engine.rollout import episodic, same
-from rlplay.engine.rollout._control import (MAX_CALL_BYTES, CallLog,
+from rlplay.engine.workers._control import (MAX_CALL_BYTES, CallLog,
                                             CallMail)
 
 T, B = 4, 2  # steps per fragment, envs per worker

@@ -23,7 +23,7 @@ from rlplay.engine.core import (Fragment, acted, collect, env_axes,
                                 episode_stats, prepare, startup)
 from rlplay.engine.core.finals import obs_is_final
 from rlplay.engine.nested import flatten, suply
-from rlplay.engine.rollout._batch import Collation
+from rlplay.engine.workers._batch import Collation
 from rlplay.engine.returns import frozen
 
 

@@ -30,7 +30,7 @@ from rlplay.engine.envs import make_batch
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import multi, same, single
 from rlplay.engine.rollout._delivery import Delivery
-from rlplay.engine.rollout._devices import worker_devices
+from rlplay.engine.devices import worker_devices
 from rlplay.engine.seeds import env_seed_sequences
 
 from bounds import STEADY, START  # the reasons in bounds.py

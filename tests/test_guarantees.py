@@ -44,7 +44,7 @@ from rlplay.engine import (BaseActorModule, CapacityError, PolicyActor,
                            RolloutError, RolloutTimeout, WorkerDied,
                            WorkerError, pool)
 from rlplay.engine.rollout import single
-from rlplay.engine.rollout import _params, _supervisor
+from rlplay.engine.workers import _params, _supervisor
 from rlplay.engine.utils import get_context, preload_forkserver
 
 # workers unpickle the envs by reference: have the fork server import them

@@ -18,7 +18,8 @@ from envs import SpacesEnv
 from rlplay.engine import BaseActorModule, PolicyActor, pool
 from rlplay.engine.errors import CapacityError
 from rlplay.engine.rollout import (Keywords, PoolKeywords, WorkerKeywords,
-                                   _batch, cluster, multi, same, single)
+                                   cluster, multi, same, single)
+from rlplay.engine.workers import _batch
 
 CARTPOLE = functools.partial(gymnasium.make, "CartPole-v1")
 # help(multi.rollout) was 185 lines, most of them the methods of private

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from rlplay.engine import RolloutTimeout, WorkerDied
-from rlplay.engine.rollout._params import SharedParams
+from rlplay.engine.workers._params import SharedParams
 from rlplay.engine.utils import bounded_acquire, get_context
 
 from bounds import JOIN  # the reason in bounds.py

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlplay.engine.nested import check_structure, flatten
-from rlplay.engine.replay import PrioritizedReplay, Replay, _SumTree
+from rlplay.engine.consumers.replay import PrioritizedReplay, Replay, _SumTree
 from rlplay.engine.returns import n_step
 from rlplay.engine.rollout import same
 

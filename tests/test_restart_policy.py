@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from rlplay.engine.rollout._restarts import Member, RestartPolicy
+from rlplay.engine.workers._restarts import Member, RestartPolicy
 
 
 class Crash(Exception):

@@ -71,7 +71,7 @@ from rlplay.engine import WorkerDied, WorkerError, evaluate
 from rlplay.engine.envs import make_envs
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import multi
-from rlplay.engine.rollout._params import SharedParams
+from rlplay.engine.workers._params import SharedParams
 from rlplay.engine.seeds import (EVAL_COLLECTOR, PROBE_COLLECTOR,
                                  env_seed_sequences,
                                  next_reset_seeds, reset_seed)

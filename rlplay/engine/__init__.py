@@ -9,8 +9,8 @@ from .core import (Context, EpisodeEdges, EpisodeStats, Fragment, Meta,
                    episode_edges, episode_stats, evaluate, prepare, startup)
 from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
-from .norm import RunningNorm
-from .replay import PrioritizedReplay, Replay, Sequences, Transitions
+from .consumers import (PrioritizedReplay, Replay, RunningNorm, Sequences,
+                        Transitions)
 from .returns import frozen, gae, n_step, returns
 from .scalars import flat_scalars, log_stats
 from .shared import Aliased, aliased, numpify, torchify

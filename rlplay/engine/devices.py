@@ -1,9 +1,13 @@
-"""Where the actor runs: the ``actor_device`` keyword of the generators,
-checked up front, before anything starts.
+"""Every fact about devices, once: naming a device (:func:`as_device`,
+:func:`normal_device`), where a module's parameters live
+(:func:`module_device`), the delivery device checked up front
+(:func:`check_device`), and where the actor runs, the ``actor_device``
+keyword of the generators, checked up front, before anything starts
+(:func:`same_device`, :func:`worker_devices`):
 
 - ``same.rollout`` calls the actor you train, in your process: it runs
-  where its parameters live (:func:`~rlplay.engine.core.module_device`;
-  the rows are moved there, see :mod:`rlplay.engine.core.devices`).
+  where its parameters live (:func:`module_device`; the rows are moved
+  there, see :mod:`rlplay.engine.policy.device`).
   ``actor_device``, if given, names that device (a check; an actor
   without parameters runs there).
 - The workers of ``single``, ``multi`` and ``cluster`` run copies of the
@@ -18,10 +22,92 @@ checked up front, before anything starts.
 """
 import torch
 
-from ..core import module_device
-from ..core.devices import as_device, normal_device
+__all__ = ["as_device", "normal_device", "module_device", "check_device",
+           "same_device", "worker_devices"]
 
-__all__ = ["same_device", "worker_devices"]
+
+def as_device(device, name="device", *, alternative=""):
+    """``device`` (a ``torch.device`` or a string) as a ``torch.device``,
+    with no check that it is present.
+
+    Raises
+    ------
+    TypeError
+        Not a device, naming ``name`` (and ``alternative``, what else the
+        argument may be, for the message).
+    ValueError
+        A string that names no device.
+    """
+    if isinstance(device, bool) or not isinstance(device, (str,
+                                                           torch.device)):
+        raise TypeError(f"{name} must be a device (a torch.device or a "
+                        f"string such as 'cpu' or 'cuda:0'){alternative}, "
+                        f"got {type(device).__name__} {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"{name}={device!r} is not a device: {exc}") from None
+
+
+def normal_device(device, name="device"):
+    """``device`` (a ``torch.device`` or a string such as ``'cuda'``) as a
+    ``torch.device`` with its index where it is a CUDA device (``'cuda'``
+    is the current one), so that two names of one device compare equal.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a device, naming ``name`` (see :func:`as_device`).
+    RuntimeError
+        A CUDA device where CUDA is absent.
+    """
+    device = as_device(device, name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"{name}={str(device)!r} needs CUDA, but "
+                f"torch.cuda.is_available() is False (torch "
+                f"{torch.__version__})")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def module_device(module, strict=True):
+    """The device of ``module``'s parameters and buffers (``None`` when it
+    has none, or, unless ``strict``, several).
+
+    Raises
+    ------
+    ValueError
+        They live on several devices (``strict``).
+    """
+    devices = {t.device for t in module.parameters()} | {
+        t.device for t in module.buffers()}
+    if len(devices) > 1 and not strict:
+        return None
+    if len(devices) > 1:
+        raise ValueError(f"the actor's parameters and buffers live on "
+                         f"several devices ({sorted(map(str, devices))}): "
+                         f"rlplay runs it on one (actor.to(device))")
+    return next(iter(devices), None)
+
+
+def check_device(device=None, pinned=False):
+    """Validate a delivery device and ``pinned`` up front.
+
+    Returns the ``torch.device`` (or ``None``). Raises ``RuntimeError`` with
+    a clear message when CUDA is asked for (a CUDA device, or ``pinned=True``)
+    and this torch build or machine has none.
+    """
+    device = None if device is None else torch.device(device)
+    needs_cuda = pinned or (device is not None and device.type == "cuda")
+    if needs_cuda and not torch.cuda.is_available():
+        what = "pinned=True" if pinned else f"device={str(device)!r}"
+        raise RuntimeError(
+            f"{what} needs CUDA, but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}); use the default host delivery")
+    return device
 
 
 def same_device(actor, actor_device):

@@ -11,6 +11,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
+from .devices import check_device  # noqa: F401 (its home before)
 from .nested import suply
 
 __all__ = [
@@ -24,23 +25,6 @@ __all__ = [
 
 Aliased = namedtuple("Aliased", "npy pyt")
 Aliased.__doc__ = """Two views of one memory: ``npy`` (numpy) and ``pyt`` (torch)."""
-
-
-def check_device(device=None, pinned=False):
-    """Validate a delivery device and ``pinned`` up front.
-
-    Returns the ``torch.device`` (or ``None``). Raises ``RuntimeError`` with
-    a clear message when CUDA is asked for (a CUDA device, or ``pinned=True``)
-    and this torch build or machine has none.
-    """
-    device = None if device is None else torch.device(device)
-    needs_cuda = pinned or (device is not None and device.type == "cuda")
-    if needs_cuda and not torch.cuda.is_available():
-        what = "pinned=True" if pinned else f"device={str(device)!r}"
-        raise RuntimeError(
-            f"{what} needs CUDA, but torch.cuda.is_available() is False "
-            f"(torch {torch.__version__}); use the default host delivery")
-    return device
 
 
 def _empty(shape, dtype, shared, pinned):

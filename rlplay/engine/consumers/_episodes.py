@@ -9,8 +9,8 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from ..core import check_count, episode_edges
-from ..lanes import Lanes
+from ..core.layout import check_count, episode_edges
+from .lanes import Lanes
 from ..nested import flatten, suply
 
 __all__ = ["Episodes", "EpisodeMeta", "PaddedEpisodes", "Episodic",

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from ..core import check_count
+from ..core.layout import check_count
 from ..nested import suply
 from ._episodes import MAX_LENGTH, Episodic
 

@@ -3,7 +3,7 @@
 :func:`episodes` turns the fragments of any generator (``same``,
 ``single``, ``multi``, ``cluster``; single envs or vector sources) into
 batches of ``n_episodes`` complete episodes, in the order they complete;
-:func:`rollout` is the in-process convenience (``episodes`` over
+:func:`rlplay.engine.rollout.episodic.rollout` is the in-process convenience (``episodes`` over
 ``same.rollout``); :func:`record` writes the episodes of any generator into
 a Minari dataset (``rlplay[minari]``).
 
@@ -83,13 +83,13 @@ row ``t`` the info of step ``t``; and ``mask`` ``(M + 1, n)``, true on
 the state rows ``0 .. L_i``. Nested observations, actions and infos keep
 their structure in both views. Everything is a CPU tensor.
 """
-from ..core import check_count
+from ..core.layout import check_count
 from ._episodes import (MAX_LENGTH, EpisodeMeta, Episodes, Episodic,
                         PaddedEpisodes, check_state)
 from ._minari import record
 
 __all__ = ["Episodes", "EpisodeMeta", "PaddedEpisodes", "Episodic",
-           "episodes", "rollout", "record"]
+           "episodes", "record"]
 
 
 def episodes(feed, n_episodes, *, max_length=MAX_LENGTH, actor=None):
@@ -128,24 +128,3 @@ def episodes(feed, n_episodes, *, max_length=MAX_LENGTH, actor=None):
         feed without ``final`` (at the first batch).
     """
     return Episodic(feed, n_episodes, max_length=max_length, actor=actor)
-
-
-def rollout(factory, actor, n_envs, n_episodes, *, n_steps=32,
-            max_length=MAX_LENGTH, **kwargs):
-    """Whole episodes collected in this process: :func:`episodes` over
-    ``same.rollout(factory, actor, n_steps, n_envs, **kwargs)``, with the
-    actor's ``hx`` at each episode's start. ``close()`` closes both.
-    ``resume=`` takes an :meth:`Episodic.state_dict` of such a rollout."""
-    from . import same
-    check_count("n_episodes", n_episodes)
-    check_count("max_length", max_length)
-    resume = kwargs.pop("resume", None)
-    if resume is not None:
-        check_state(resume, "resume")
-    feed = same.rollout(factory, actor, n_steps, n_envs, **kwargs,
-                        resume=None if resume is None else resume["feed"])
-    episodic = Episodic(feed, n_episodes, max_length=max_length,
-                        actor=actor)
-    if resume is not None:
-        episodic.load_state_dict(resume)
-    return episodic

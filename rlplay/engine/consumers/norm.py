@@ -14,7 +14,7 @@ import numbers
 import torch
 from torch import nn
 
-from .core import acted
+from ..core.layout import acted
 
 __all__ = ["RunningNorm"]
 

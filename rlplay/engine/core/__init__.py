@@ -12,9 +12,9 @@ code that calls ``env.step``).
   which :func:`episode_stats` and the masks of :mod:`rlplay.engine.returns`
   follow), where episodes start and end (:func:`episode_edges`), and the
   validators of the arguments that size a fragment;
-- :mod:`.policy`: the policy seam, through which both loops call the
-  actor (:class:`LocalPolicy`), and :mod:`.devices`, the actor on a
-  device of its own behind it (:class:`DevicePolicy`);
+- the policy seam, through which both loops call the actor, is
+  :mod:`rlplay.engine.policy` (:class:`LocalPolicy`, :class:`DevicePolicy`,
+  :func:`as_policy`, re-exported here);
 - :mod:`.accounting`: one episode accounting for both loops
   (:class:`Accounts`: running returns, lengths, step counts, lost calls;
   :class:`~.accounting.TorchAccounts`, the episode loop's on a torch
@@ -39,13 +39,13 @@ these loops.
 from .accounting import Accounts
 from .context import Context
 from .episodes import episode, evaluate
-from .devices import DevicePolicy, module_device
 from .fragments import collect, fragment_device, prepare, startup
 from .layout import (CHECK_SPACES, EpisodeEdges, EpisodeStats, Fragment,
                      Meta, State, acted, check_count, check_spaces_mode,
                      check_sticky, columns, env_axes, episode_edges,
                      episode_stats)
-from .policy import LocalPolicy, as_policy
+from ..devices import module_device
+from ..policy import DevicePolicy, LocalPolicy, as_policy
 from .torch_loop import TorchContext
 
 __all__ = [

@@ -21,7 +21,7 @@ from .checks import (_SpaceChecks, _final_label, _raise_cast, _reset_label,
 from .fragments import _torch, fragment_device
 from .layout import (_check_counts, _state_example, check_count,
                      check_spaces_mode)
-from .policy import as_policy
+from ..policy import as_policy
 from . import torch_episodes
 
 __all__ = ["evaluate", "episode"]

@@ -27,7 +27,7 @@ from .finals import fill_final, fill_final_from_obs
 from .layout import (EpisodeStats, Fragment, Meta, _check_counts,
                      _row_fields, _state_example, check_spaces_mode,
                      check_sticky)
-from .policy import _copier, as_policy, fill_lookahead
+from ..policy import as_policy, copier, fill_lookahead
 from . import torch_loop
 
 __all__ = ["prepare", "startup", "collect", "fragment_device"]
@@ -258,7 +258,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     live, frozen = None, []
     fin_at = torch.zeros(n_envs, dtype=torch.bool)
     fin_np = fin_at.numpy()
-    copy_info, copy_act = _copier(pyt.actor), _copier(pyt.state.act)
+    copy_info, copy_act = copier(pyt.actor), copier(pyt.state.act)
     # the actor records an info (else an empty one is not copied, and one
     # that grew a key is still caught by copy_info)
     recorded = bool(flatten(pyt.actor))

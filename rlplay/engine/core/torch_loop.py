@@ -41,7 +41,7 @@ from ..shared import copy_
 from .checks import _SpaceChecks, _final_label, _reset_label, _step_label
 from .layout import (EpisodeStats, _row_fields, check_spaces_mode,
                      check_sticky)
-from .policy import _copier, as_policy, fill_lookahead
+from ..policy import as_policy, copier, fill_lookahead
 
 __all__ = ["TorchContext", "startup", "collect"]
 
@@ -179,7 +179,7 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     _begin_fragment(work, ctx)
     hx = ctx.hx
     copy_(work.hx, hx)
-    copy_info, copy_act = _copier(work.actor), _copier(work.state.act)
+    copy_info, copy_act = copier(work.actor), copier(work.state.act)
     clip, advance, step_at = ctx.clip_actions, envs.advance, policy.step_at
     views.running[0].copy_(ctx.ret)
     # a feed-forward actor's hx is (): nothing to reset

@@ -1,4 +1,4 @@
-"""The actor on a device, behind the policy seam (:mod:`.policy`).
+"""The actor on a device, behind the policy seam (:mod:`.local`).
 
 :class:`DevicePolicy` offers the five methods of the seam for an actor
 whose parameters live on ``device``, whatever device the rows of the
@@ -20,86 +20,21 @@ copy that read it last is done (an event). Within one device, a row is
 still copied (a plain copy), so that an actor never holds a view of the
 fragment.
 
-:func:`as_policy` (in :mod:`.policy`) picks the implementation: a
-:class:`DevicePolicy` where the actor's parameters (:func:`module_device`)
+:func:`~.choose.as_policy` picks the implementation: a
+:class:`DevicePolicy` where the actor's parameters
+(:func:`~rlplay.engine.devices.module_device`)
 live elsewhere than the rows, or where a device is named explicitly; a
-:class:`~.policy.LocalPolicy` where they live together (the actor called
+:class:`~.local.LocalPolicy` where they live together (the actor called
 on the rows themselves).
 """
 import torch
 
+from ..devices import normal_device
 from ..nested import suply
 from ..shared import copy_
-from .policy import LocalPolicy
+from .local import LocalPolicy
 
-__all__ = ["DevicePolicy", "as_device", "module_device", "normal_device"]
-
-
-def as_device(device, name="device", *, alternative=""):
-    """``device`` (a ``torch.device`` or a string) as a ``torch.device``,
-    with no check that it is present.
-
-    Raises
-    ------
-    TypeError
-        Not a device, naming ``name`` (and ``alternative``, what else the
-        argument may be, for the message).
-    ValueError
-        A string that names no device.
-    """
-    if isinstance(device, bool) or not isinstance(device, (str,
-                                                           torch.device)):
-        raise TypeError(f"{name} must be a device (a torch.device or a "
-                        f"string such as 'cpu' or 'cuda:0'){alternative}, "
-                        f"got {type(device).__name__} {device!r}")
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"{name}={device!r} is not a device: {exc}") from None
-
-
-def normal_device(device, name="device"):
-    """``device`` (a ``torch.device`` or a string such as ``'cuda'``) as a
-    ``torch.device`` with its index where it is a CUDA device (``'cuda'``
-    is the current one), so that two names of one device compare equal.
-
-    Raises
-    ------
-    TypeError, ValueError
-        Not a device, naming ``name`` (see :func:`as_device`).
-    RuntimeError
-        A CUDA device where CUDA is absent.
-    """
-    device = as_device(device, name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"{name}={str(device)!r} needs CUDA, but "
-                f"torch.cuda.is_available() is False (torch "
-                f"{torch.__version__})")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def module_device(module, strict=True):
-    """The device of ``module``'s parameters and buffers (``None`` when it
-    has none, or, unless ``strict``, several).
-
-    Raises
-    ------
-    ValueError
-        They live on several devices (``strict``).
-    """
-    devices = {t.device for t in module.parameters()} | {
-        t.device for t in module.buffers()}
-    if len(devices) > 1 and not strict:
-        return None
-    if len(devices) > 1:
-        raise ValueError(f"the actor's parameters and buffers live on "
-                         f"several devices ({sorted(map(str, devices))}): "
-                         f"rlplay runs it on one (actor.to(device))")
-    return next(iter(devices), None)
+__all__ = ["DevicePolicy"]
 
 
 class DevicePolicy(LocalPolicy):

@@ -1,9 +1,9 @@
 """The policy seam: the one interface through which the core loops call
-the actor.
+the actor (:class:`Policy`).
 
-The fragment loop (:mod:`.fragments`) and the episode loop
-(:mod:`.episodes`) never call ``actor.step`` or ``actor.reset``
-themselves: they call a policy, which offers
+The fragment loop (:mod:`rlplay.engine.core.fragments`) and the episode
+loop (:mod:`rlplay.engine.core.episodes`) never call ``actor.step`` or
+``actor.reset`` themselves: they call a policy, which offers
 
 - ``probe(row, observation_space)``: the first call, virtual, on one row
   of placeholders, that sizes the buffers (:func:`~.fragments.prepare`);
@@ -13,7 +13,13 @@ themselves: they call a policy, which offers
   layout;
 - ``step(row, hx)``: a real step, the hot path, unchecked (its action
   and ``info`` may come without the row's leading axis of length 1: the
-  fragment loops copy them into the row, where they broadcast); and
+  fragment loops copy them into the row, where they broadcast); it is
+  ``submit(row, hx)`` then ``wait()``, the call in two phases (as
+  Gymnasium's vector envs have ``step_async`` and ``step_wait``), so that
+  a policy served by another process fits the loops unchanged: ``submit``
+  starts the call on the row (which must stay as it is until ``wait``),
+  ``wait`` returns ``(act, hx_next, info)``; a local policy makes the call
+  at once (``step`` calls the actor directly, the hot path); and
   ``checked_step(row, hx, act_like)``, the same call with the checks of
   its action, ``hx`` and ``info`` against the buffer's layout (once per
   fragment, every step of an evaluation);
@@ -28,10 +34,11 @@ process, on the rows themselves; :class:`FeedForwardPolicy` calls a
 :class:`~rlplay.engine.actor.FeedForwardActor`'s ``act`` on each row's
 observations ``(B, ...)`` in its ``step`` (views it makes once per row:
 the view calls and the ``step`` around ``act`` are about 2% of a step of
-64 CartPole envs and a small MLP); :class:`~.devices.DevicePolicy` runs it
-on a device of its own, moving each row there once (:mod:`.devices`).
+64 CartPole envs and a small MLP); :class:`~.device.DevicePolicy` runs it
+on a device of its own, moving each row there once (:mod:`.device`).
 Shared by several workers in another process would be a further
-implementation of these methods, not a branch of the loops.
+implementation of these methods (:class:`Policy`), not a branch of the
+loops.
 """
 import torch
 
@@ -39,11 +46,74 @@ from ..actor import FeedForwardActor, check_actor
 from ..nested import StructureError, check_structure, flatten, suply
 from ..shared import copy_
 
-__all__ = ["LocalPolicy", "FeedForwardPolicy", "as_policy",
-           "fill_lookahead"]
+__all__ = ["Policy", "LocalPolicy", "FeedForwardPolicy", "fill_lookahead",
+           "copier", "feeds_forward"]
 
 
-class LocalPolicy:
+class Policy:
+    """The methods through which the core loops call an actor (see the
+    module docstring); an implementation defines :meth:`probe`,
+    :meth:`initial_hx`, :meth:`submit`, :meth:`wait`, :meth:`lookahead`
+    and :meth:`reset`, and may define :meth:`step` and
+    :meth:`checked_step` as one call (:class:`LocalPolicy` does).
+
+    ``device`` is where the actor runs: ``None``, where the rows are.
+    """
+
+    device = None
+
+    def probe(self, row, observation_space):
+        """The first, virtual, call on one ``row`` of placeholders:
+        ``(act, hx, info)``."""
+        raise NotImplementedError
+
+    def initial_hx(self, row):
+        """The actor's ``hx`` at a reset of every env column of ``row``."""
+        raise NotImplementedError
+
+    def submit(self, row, hx):
+        """Start a real step from ``row`` (which stays as it is until
+        :meth:`wait`) with ``hx``."""
+        raise NotImplementedError
+
+    def wait(self):
+        """The ``(act, hx_next, info)`` of the step :meth:`submit`
+        started."""
+        raise NotImplementedError
+
+    def step(self, row, hx):
+        """A real step from ``row``: :meth:`submit` then :meth:`wait`."""
+        self.submit(row, hx)
+        return self.wait()
+
+    def checked_step(self, row, hx, act_like):
+        """:meth:`step`, its action checked against ``act_like`` (the
+        buffer's action row), its ``hx`` against ``hx`` and its ``info``
+        against the row's env columns."""
+        act, hx_next, info = self.step(row, hx)
+        _check_step(act, hx_next, info, row, hx, act_like)
+        return act, hx_next, info
+
+    def step_at(self, t, row, hx, act_like):
+        """The step of row ``t`` of a fragment: :meth:`checked_step` at
+        ``t = 0`` (once per fragment, the checks of a real call), else
+        :meth:`step`; both fragment loops call this."""
+        if t:
+            return self.step(row, hx)
+        return self.checked_step(row, hx, act_like)
+
+    def lookahead(self, row, hx):
+        """The ``info`` of a virtual step from ``row`` (the last row of a
+        fragment)."""
+        raise NotImplementedError
+
+    def reset(self, hx, fin):
+        """``hx`` with the env columns ``fin`` (bool tensor, ``(B,)``)
+        reset."""
+        raise NotImplementedError
+
+
+class LocalPolicy(Policy):
     """The actor, called in this process (see the module docstring).
 
     Parameters
@@ -56,16 +126,14 @@ class LocalPolicy:
         Not an actor (:func:`~rlplay.engine.actor.check_actor`).
     """
 
-    # where the actor runs: None, where the rows are (see .devices)
-    device = None
-
     def __init__(self, actor):
         check_actor(actor)
         self.actor = actor
+        self._pending = None  # the result of a submit(), until wait()
 
     def _move(self, row):
         """``row`` where the actor runs: the row itself (a
-        :class:`~.devices.DevicePolicy` copies it to its device)."""
+        :class:`~.device.DevicePolicy` copies it to its device)."""
         return row
 
     def probe(self, row, observation_space):
@@ -97,28 +165,31 @@ class LocalPolicy:
         return hx0
 
     def step(self, row, hx):
-        """A real step from ``row``: ``(act, hx_next, info)``."""
+        """A real step from ``row``: ``(act, hx_next, info)``, the call
+        made at once (the hot path)."""
         return self.actor.step(*row, hx=hx, virtual=False)
 
-    def checked_step(self, row, hx, act_like):
-        """:meth:`step`, its action checked against ``act_like`` (the
-        buffer's action row), its ``hx`` against ``hx`` and its ``info``
-        against the row's env columns."""
-        act, hx_next, info = self.actor.step(*row, hx=hx, virtual=False)
-        # the probe checked a virtual call; check a real one too, before
-        # copy_ could broadcast a wrong shape
-        _check_action(act, act_like)
-        _check_hx(hx_next, hx, "step()", "the hx it was given")
-        _check_info(info, row.fin.shape[1])
-        return act, hx_next, info
+    def submit(self, row, hx):
+        """:meth:`step`, its result kept for :meth:`wait`."""
+        self._pending = self.step(row, hx)
 
-    def step_at(self, t, row, hx, act_like):
-        """The step of row ``t`` of a fragment: :meth:`checked_step` at
-        ``t = 0`` (once per fragment, the checks of a real call), else
-        :meth:`step`; both fragment loops call this."""
-        if t:
-            return self.step(row, hx)
-        return self.checked_step(row, hx, act_like)
+    def wait(self):
+        """The result of the last :meth:`submit`.
+
+        Raises
+        ------
+        RuntimeError
+            No step was submitted since the last ``wait()``.
+        """
+        result, self._pending = self._pending, None
+        if result is None:
+            raise RuntimeError("wait() without a submit() before it")
+        return result
+
+    def checked_step(self, row, hx, act_like):
+        act, hx_next, info = self.actor.step(*row, hx=hx, virtual=False)
+        _check_step(act, hx_next, info, row, hx, act_like)
+        return act, hx_next, info
 
     def lookahead(self, row, hx):
         """The ``info`` of a virtual step from ``row`` (the last row of a
@@ -169,35 +240,12 @@ def _row_batch(x):
     return x[0]
 
 
-def _feeds_forward(actor):
+def feeds_forward(actor):
     """Whether ``actor`` is stepped by its ``act`` (a
     :class:`~rlplay.engine.actor.FeedForwardActor` with its own
     ``step``)."""
     return isinstance(actor, FeedForwardActor) and \
         type(actor).step is FeedForwardActor.step
-
-
-def as_policy(actor, rows=None, device=None):
-    """``actor`` as a policy: itself if it is one (a :class:`LocalPolicy`
-    or a :class:`~.devices.DevicePolicy`); else, for rows that live on
-    ``rows`` (a device, the host by default), a
-    :class:`~.devices.DevicePolicy` where ``device`` is given or where the
-    actor's parameters (:func:`~.devices.module_device`) live elsewhere,
-    and where they live with the rows (or the actor has none) a
-    :class:`FeedForwardPolicy` for a feed-forward actor with its own
-    ``step``, else a :class:`LocalPolicy`."""
-    if isinstance(actor, LocalPolicy):
-        return actor
-    from .devices import DevicePolicy, module_device, normal_device
-    if device is None:
-        check_actor(actor)
-        # an actor over several devices moves its inputs itself
-        device = module_device(actor, strict=False)
-        if device is None or normal_device(device) == normal_device(
-                "cpu" if rows is None else rows):
-            return FeedForwardPolicy(actor) if _feeds_forward(actor) \
-                else LocalPolicy(actor)
-    return DevicePolicy(actor, device)
 
 
 def _same_kind(a, b):
@@ -236,6 +284,14 @@ def _check_action(act, expected):
     suply(check, expected, act)
 
 
+def _check_step(act, hx_next, info, row, hx, act_like):
+    # the probe checked a virtual call; check a real one too, before
+    # copy_ could broadcast a wrong shape
+    _check_action(act, act_like)
+    _check_hx(hx_next, hx, "step()", "the hx it was given")
+    _check_info(info, row.fin.shape[1])
+
+
 def _check_info(info, n_envs):
     for leaf in flatten(info):
         if not isinstance(leaf, torch.Tensor) or leaf.dim() < 2 \
@@ -272,7 +328,6 @@ def _check_hx(hx, expected, what, against):
                         f"match {against} (first): {exc}") from None
 
 
-
 def _probe_note(actor, obs, space):
     """What a failure of the probe call was doing (see
     :func:`~.fragments.prepare`)."""
@@ -303,7 +358,7 @@ def fill_lookahead(policy, info_row, row, hx):
         copy_(info_row, policy.lookahead(row, hx))
 
 
-def _copier(dst):
+def copier(dst):
     """``copy(dst_row, src)``: ``copy_`` specialised to ``dst``'s layout.
 
     A single tensor or a flat dict of tensors (the usual action and info)

@@ -1,6 +1,5 @@
 """What every generator shares: its keywords, its states and the error
-latch (:mod:`._states`), one set-up, and the generator's side of a
-supervisor.
+latch (:mod:`._states`), and one set-up.
 
 The set-up (:class:`SetUp`), one for ``same``, ``single``, ``multi``,
 ``cluster`` and the :class:`~.evaluate.Evaluator`, in this order: check
@@ -10,8 +9,9 @@ actor's ``hx_dim``, the timeouts and the restart policy; the layout of a
 fragment buffer (from a probe env in the learner, for the generators with
 workers), checked against a resumed run's; the source of fragments and
 the statistics, going on from the run's counters. The workers then start
-under a supervisor, processes (:mod:`._supervisor`) or Ray actors
-(:mod:`._remote`), whose generator's side is :class:`Supervised`.
+under a supervisor, processes or Ray actors (:mod:`rlplay.engine.workers`),
+whose generator's side is :class:`~._supervised.Supervised`
+(:mod:`._supervised`, which ``same`` does not import).
 """
 import inspect
 import math
@@ -31,21 +31,17 @@ from ..actor import check_actor
 from ..core import check_count, check_spaces_mode, check_sticky, prepare
 from ..envs import check_columns, make_batch
 from ..seeds import PROBE_COLLECTOR, env_seed_sequences
-from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
-                        first_timeout)
-from ._collector import SessionSpec
-from ._control import CallLog, EnvControl
+from ..utils.mp import Cloudpickled, check_cpu_affinity, check_timeouts
+from ..workers import RESTART_DELAY, CallLog, SessionSpec, cpu_copy
+from ._calls import EnvControl
 from ._delivery import Delivery
-from ._params import SharedParams, cpu_copy
-from ._restarts import RESTART_DELAY
 from ._resume import buffer_layout, continuation, restore_counters
 from ._states import Breakable, Closing, Generator, Status
 from ._stats import STATS_KEYS, Stats
-from ._supervisor import Supervisor
 
 __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
            "spell_out", "Closing", "Breakable", "Generator", "Status",
-           "Stats", "STATS_KEYS", "SetUp", "Supervised",
+           "Stats", "STATS_KEYS", "SetUp",
            "probe_layout", "check_arguments", "Deadline", "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
            "RESTART_DELAY"]
@@ -53,7 +49,7 @@ __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
 # The timeouts of every generator (seconds), defined once. Each is a
 # keyword of the generators (the table of shared keywords is in
 # rlplay/engine/rollout/__init__.py); RESTART_DELAY is the restart
-# policy's (rlplay/engine/rollout/_restarts.py).
+# policy's (rlplay/engine/workers/_restarts.py).
 # the longest the learner waits without news from any worker, covering
 # every wait inside one next() (the parameter lock included)
 TIMEOUT = 60.0
@@ -230,7 +226,7 @@ class SetUp(EnvControl):
     ``hx`` leaf is, for the consumers of batches), ``delivery`` and
     ``device`` (but for the evaluator), ``timeout`` and ``start_timeout``
     (for the generators with workers), ``stats`` and ``_calls`` (the
-    ``call_envs`` calls, :mod:`._control`; a resumed run's first).
+    ``call_envs`` calls, :mod:`rlplay.engine.workers._control`; a resumed run's first).
     """
 
     _layout = None  # the evaluator's: it fills no fragment buffer
@@ -286,11 +282,11 @@ class SetUp(EnvControl):
         """What a generator with workers (processes or Ray actors) makes
         before they start: their CPU copy of the actor, the layout of a
         fragment buffer (from a probe env, :func:`probe_layout`: kept by
-        :meth:`_lay_out`) and the :class:`~._collector.SessionSpec` that
+        :meth:`_lay_out`) and the :class:`~rlplay.engine.workers._session.SessionSpec` that
         every worker shares.
 
         ``actor_device`` is where each worker runs its copy of the actor
-        (:func:`~._devices.worker_devices`, checked already);
+        (:func:`~rlplay.engine.devices.worker_devices`, checked already);
         ``sparse_final``, whether the workers leave the copies of ``obs``
         in ``final`` to the learner (:func:`~rlplay.engine.core.collect`).
 
@@ -328,115 +324,3 @@ class SetUp(EnvControl):
         return self._run.state(self._kind, self._settings, self._layout,
                                self.stats, version, workers, extra,
                                self._calls.state())
-
-
-class Supervised(SetUp):
-    """The learner's side of a generator whose workers a
-    :class:`~._supervisor.Supervisor` runs (processes, :meth:`_workers`),
-    or a :class:`~._remote.RemoteSupervisor` (cluster): the bounded wait
-    for news, the error latch's restart count, pids, and the release of
-    what the workers share (``_supervisor``, ``delivery``, ``_source``,
-    ``params``: those set). :attr:`process` is for worker processes
-    only."""
-
-    _supervisor = _source = params = None
-
-    def _workers(self, ctx, n_workers, protocol, *, name, stats=Stats):
-        """Share the actor's parameters (:class:`~._params.SharedParams`,
-        at the run's version), make the protocol that the workers serve
-        and the source of fragments, ``protocol(params)`` (see
-        :class:`~._supervisor.Supervisor`), and its ``stats(accounts)``,
-        and start ``n_workers`` worker processes named ``f"{name}-{w}"``
-        under the restart policy of :meth:`SetUp._begin`. On a failure,
-        closes the generator (``_close(graceful=False)``) and raises."""
-        self.params = SharedParams(self.actor, ctx,
-                                   version=self._run.version)
-        try:
-            self._source = protocol(self.params)
-            self._count(stats(self._source.accounts))
-        except BaseException:
-            self._close(graceful=False)
-            raise
-        self._supervise(lambda: Supervisor(
-            ctx, n_workers, self._source, name=name, params=self.params,
-            run=self._run, calls=self._calls, **self._policy))
-
-    def _supervise(self, make):
-        """Make the supervisor (``make()``) and start its workers; on a
-        failure, close the generator (``_close(graceful=False)``) and
-        raise."""
-        try:
-            self._supervisor = make()
-            self._supervisor.start_all()
-        except BaseException:
-            self._close(graceful=False)
-            raise
-
-    def _publish(self, actor, check, timeout):
-        """Publish the ``call_envs`` calls made since the last time (sent
-        to the workers first) and ``actor``'s parameters; returns their
-        version (see :mod:`._control`)."""
-        self._calls.publish()
-        self._supervisor.post_calls()
-        return self.params.publish(actor, check=check, timeout=timeout)
-
-    def _close(self, graceful):
-        """Stop the workers, then let go of what they shared: the device
-        copies in flight first (none may read freed memory), the buffers
-        (``_source``), the parameters."""
-        if self._supervisor is not None:
-            self._supervisor.shutdown(graceful)
-        delivery = getattr(self, "delivery", None)
-        if delivery is not None:
-            delivery.close()
-        source = getattr(self, "_source", None)
-        if source is not None:
-            source.close()
-        if getattr(self, "params", None) is not None:
-            self.params.close()
-            self.params = None
-
-    def _break(self, exc):
-        # the count that the error's message gives ("after 2 restarts"),
-        # even when no batch followed the last restart
-        stats = getattr(self, "stats", None)
-        if self._supervisor is not None and stats is not None:
-            stats["restarts"] = self._supervisor.restarts
-        super()._break(exc)
-
-    def _bound(self):
-        # how long to wait without news: start-up time too while a worker
-        # has not delivered yet (the first batch, or a replacement)
-        return first_timeout(self.timeout, self.start_timeout) \
-            if self._supervisor.starting else self.timeout
-
-    def _await(self, done, what, deadline, renew=True):
-        """Pump news until ``done()`` is true (returns ``True``) or
-        ``deadline`` passes (``False``); news renews the deadline by
-        :meth:`_bound` unless ``renew`` is false. Worker failures raise."""
-        while not done():
-            remaining = deadline.remaining()
-            if remaining == 0:
-                if not (renew and self._supervisor.replacing):
-                    return False
-                # the restart delay is no stall: the replacement's start
-                # renews the deadline again (with start_timeout)
-                deadline.renew(self._bound())
-                remaining = deadline.remaining()
-            if self._supervisor.pump(remaining, what) and renew:
-                deadline.renew(self._bound())
-        return True
-
-    @property
-    def pids(self):
-        """The pid of each worker (of its latest generation)."""
-        return self._supervisor.pids
-
-    @property
-    def process(self):
-        """Worker 0's process object (``None`` between generations)."""
-        return self._supervisor.workers[0].process
-
-    @property
-    def pid(self):
-        return self._supervisor.pids[0]

@@ -8,15 +8,15 @@ watching every worker) until ``n_per_batch`` fragments no older than
 the batch, hands their buffers (or requests) back to the workers and
 delivers the batch. What differs is where fragments come from: a *source
 of ready fragments*, which the shared-memory pool
-(:class:`~._buffers.SharedBuffers`) and the Ray requests
+(:class:`~rlplay.engine.workers._buffers.SharedBuffers`) and the Ray requests
 (:class:`~.cluster.RayRequests`) each implement, as
-:class:`~._params.SharedParams` and :class:`~._params.RayParams`
+:class:`~rlplay.engine.workers._params.SharedParams` and :class:`~rlplay.engine.workers._params.RayParams`
 implement one parameter interface:
 
-- ``ready``: a :class:`~._batch.ReadyQueue` of the arrivals, in order;
+- ``ready``: a :class:`~rlplay.engine.workers._batch.ReadyQueue` of the arrivals, in order;
 - ``time_collect``, ``time_worker_wait``: the workers' seconds, in all;
 - ``fragment(arrival)``: the arrival's leaves (numpy), in the order of
-  :meth:`~._batch.Collation.sources`;
+  :meth:`~rlplay.engine.workers._batch.Collation.sources`;
 - ``release(arrivals, supervisor)``: hand the buffers (requests) of
   collated arrivals back to the workers;
 - ``recycle(arrival, supervisor)``: the same for a stale one;
@@ -29,9 +29,10 @@ adds its own keywords and starts its workers (:meth:`Gathered._start`).
 import time
 
 from ..errors import RolloutTimeout
+from ..workers import Collation, check_hx_dim
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Status, Supervised)
-from ._batch import Collation, check_hx_dim
+                    Deadline, Generator, Status)
+from ._supervised import Supervised
 
 __all__ = ["Gathered", "check_pool"]
 
@@ -114,7 +115,7 @@ class Gathered(Supervised, Generator):
 
     def _devices(self, actor_device, n_actors):
         """Where each worker runs its actor
-        (:func:`~._devices.worker_devices`), checked up front."""
+        (:func:`~rlplay.engine.devices.worker_devices`), checked up front."""
         raise NotImplementedError
 
     def _check_capacity(self, template, n_actors, n_buffers):

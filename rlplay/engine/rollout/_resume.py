@@ -56,7 +56,7 @@ import numpy as np
 
 from ..core import Fragment
 from ..seeds import resume_root, seed_sequence
-from ._control import saved_calls
+from ..workers import saved_calls
 
 __all__ = ["FORMAT", "Continuation", "continuation", "check_state",
            "buffer_layout", "counters", "restore_counters"]
@@ -95,7 +95,7 @@ class Continuation:
         The stats counters to go on from (empty for a fresh run).
     extra : dict
     calls : list of (name, payload)
-        The ``call_envs`` calls made so far (:mod:`._control`).
+        The ``call_envs`` calls made so far (:mod:`rlplay.engine.workers._control`).
     saved : dict or None
         The state resumed from.
     """
@@ -160,7 +160,7 @@ class Continuation:
               extra=None, calls=()):
         """A ``state_dict()`` (see the module docstring): ``workers`` is a
         list of ``(seq, generation, restarts)``, ``calls`` the entry of
-        :meth:`~._control.CallLog.state`."""
+        :meth:`~rlplay.engine.workers._control.CallLog.state`."""
         return {"format": FORMAT, "kind": kind, "settings": dict(settings),
                 "layout": layout, "seeds": self.seeds(),
                 "counters": counters(stats), "version": int(version),

@@ -9,8 +9,8 @@ Protocol
 The learner sizes one fragment of ``B = n_per_actor`` envs from a probe
 env (made by ``factory`` here and closed at once) and the actor, joins Ray
 (see ``address``), puts the actor's parameters in the object store
-(:class:`~._params.RayParams`, version ``v0``) and creates ``n_actors``
-Ray actors. Worker ``i`` runs the worker session of :mod:`._collector`
+(:class:`~rlplay.engine.workers._params.RayParams`, version ``v0``) and creates ``n_actors``
+Ray actors. Worker ``i`` runs the worker session of :mod:`rlplay.engine.workers._session`
 (seeded as collector ``i``: worker 0 sees the seeds of ``same.rollout``)
 and fills a fragment buffer of its own, envs ``i * B .. (i + 1) * B - 1``.
 
@@ -22,7 +22,7 @@ A *request* is one call ``fill(params)`` of a worker; there are
 
 A worker runs its requests in order; each applies the ``call_envs`` calls
 that the request carries (those the worker was not sent yet, see
-:mod:`._control`), loads the parameters that the request carries (from the object store, only when their version is not
+:mod:`rlplay.engine.workers._control`), loads the parameters that the request carries (from the object store, only when their version is not
 the one it holds), collects the next fragment into its buffer and returns
 it: Ray copies it into the object store (the learner reads it without a
 copy on the same node, after one transfer from another node).
@@ -51,7 +51,7 @@ Timeline (``k`` counts batches, ``v_k`` is the version published by
 Order: a worker runs its requests in order, but Ray may show the learner
 their results out of order (each reply travels on its own); the learner
 takes a worker's results in the order of its requests
-(:meth:`~._remote.RemoteSupervisor.pump`), so its fragments reach the
+(:meth:`~rlplay.engine.workers._ray.RemoteSupervisor.pump`), so its fragments reach the
 batches in ``meta.seq`` order, as in :mod:`.multi`.
 
 A new request goes to the worker that holds the fewest (the one whose
@@ -77,7 +77,7 @@ goes ahead with a ``RuntimeWarning`` (a ``ResourceWarning`` would be
 hidden by Python's default warning filters).
 
 Waits and errors: every wait is one ``ray.wait`` on every pending call
-(start and fill) of every worker (:mod:`._remote`), bounded as in
+(start and fill) of every worker (:mod:`rlplay.engine.workers._ray`), bounded as in
 :mod:`.multi` by ``timeout`` without news (plus ``start_timeout`` while a
 worker has not delivered yet). A worker catches every exception of its
 session and returns it, raised as
@@ -90,7 +90,7 @@ its node; no news within the bound is a
 rollout (see :mod:`._states`): the actors are killed at once. An actor
 dies with its owner, the learner's Ray driver.
 
-Restarts (``restarts=N``), as in :mod:`._supervisor`: rlplay kills the
+Restarts (``restarts=N``), as in :mod:`rlplay.engine.workers._supervisor`: rlplay kills the
 failed actor and creates a new one (never Ray's ``max_restarts``, which
 would rerun the constructor with the same seeds and repeat its first
 fragments), of the next generation, which takes over the requests in
@@ -98,7 +98,7 @@ flight after ``restart_delay`` (the fragment being filled is lost) and
 numbers its fragments on from the last one received.
 
 Shutdown (``close()``, dropping the rollout): the ordered shutdown of
-:class:`~._remote.RemoteSupervisor` (close the envs, kill, wait until
+:class:`~rlplay.engine.workers._ray.RemoteSupervisor` (close the envs, kill, wait until
 Ray knows them dead and their processes on this machine have exited, all
 within ``shutdown_timeout``); then Ray is shut
 down if rlplay started it and no other rollout uses it.
@@ -109,13 +109,11 @@ import warnings
 
 from ..pool import layout
 from ._base import PoolKeywords, Stats, Unpack, spell_out
-from ._batch import Arrival, Collation, ReadyQueue, new_account
-from ._buffers import WORKER_THREADS
-from ._collector import Buffers, WorkerConfig
-from ._devices import worker_devices
+from ..devices import worker_devices
+from ..workers import (WORKER_THREADS, Arrival, Buffers, Collation,
+                       RayParams, ReadyQueue, RemoteSupervisor, WorkerConfig,
+                       join, new_account, ray_options)
 from ._gather import Gathered
-from ._params import RayParams
-from ._remote import RemoteSupervisor, join, ray_options
 
 try:
     import ray
@@ -199,7 +197,7 @@ def _check_placement(options, n_actors):
 
 class RayRequests:
     """The requests of the protocol: the protocol that the
-    :class:`~._remote.RemoteSupervisor` serves and the source of ready
+    :class:`~rlplay.engine.workers._ray.RemoteSupervisor` serves and the source of ready
     fragments of the learner's side (:class:`~._gather.Gathered`): how many
     requests each worker holds, the fragments received and the ready queue.
     It holds no reference to the generator, so that dropping the generator
@@ -217,7 +215,7 @@ class RayRequests:
         self.time_worker_wait = counters.get("time_worker_wait", 0.0)
         self.supervisor = self.params = None
 
-    # the protocol (see _remote.RemoteSupervisor)
+    # the protocol (see workers._ray.RemoteSupervisor)
     def config(self, w, generation):
         """Worker ``w``'s start bundle: it numbers its fragments on from
         those received (from where the run it continues left off, when

@@ -6,8 +6,8 @@ The learner makes a shared copy of the actor's parameters
 (:class:`SharedParams`) and starts the worker, which makes its own envs
 (seeded from the run's ``entropy`` at collector index
 :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`, apart from every rollout
-worker) and waits; it runs the worker loop of :mod:`._collector` under the
-:mod:`._supervisor`, as the rollout workers do. At most
+worker) and waits; it runs the worker loop of :mod:`rlplay.engine.workers._session` under the
+:mod:`rlplay.engine.workers._supervisor`, as the rollout workers do. At most
 one request is outstanding: submitted and not yet picked up::
 
     learner                                       worker
@@ -37,7 +37,7 @@ env plays its lives in that many episodes of its env, so an agent that
 does not appear in all of them gives fewer results. A torch-native source
 is played where it lives (:mod:`rlplay.engine.core.torch_episodes`); the
 worker's copy of the actor runs on the CPU, or on ``actor_device``
-(:mod:`._devices`; the rows of a source elsewhere are moved to the
+(:mod:`rlplay.engine.devices`; the rows of a source elsewhere are moved to the
 actor, :mod:`rlplay.engine.core.devices`).
 
 Errors and shutdown are those of :mod:`rlplay.engine.rollout.single`: a
@@ -69,11 +69,12 @@ from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR
 from ..utils.mp import Cloudpickled, check_timeouts, get_context
 from ..video import check_writer
+from ..devices import worker_devices
+from ..workers import (Evaluate, EvaluationSpec, Result, SessionSpec,
+                       WorkerConfig, cpu_copy)
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
-                    START_TIMEOUT, Breakable, Deadline, Status, Supervised)
-from ._collector import Evaluate, Result, SessionSpec, WorkerConfig
-from ._devices import worker_devices
-from ._params import cpu_copy
+                    START_TIMEOUT, Breakable, Deadline, Status)
+from ._supervised import Supervised
 
 __all__ = ["Evaluator", "Evaluation"]
 
@@ -102,7 +103,7 @@ class _EvaluationRequests:
     that the supervisor's exit handler may hold it)."""
 
     def __init__(self, spec, params, evaluation, count=0):
-        # evaluation: (n_episodes, max_steps, record)
+        # evaluation: an EvaluationSpec (its pending set per worker)
         self.spec, self.params, self.evaluation = spec, params, evaluation
         self.count, self.version, self.result = count, None, None
         self.accounts = [{}]  # the worker's, filled by the supervisor
@@ -114,8 +115,8 @@ class _EvaluationRequests:
         return WorkerConfig(
             spec=self.spec, index=0, collector=EVAL_COLLECTOR,
             generation=generation, seq=0, params=self.params, buffers=None,
-            free=[], evaluation=(*self.evaluation[:2], pending,
-                                 self.evaluation[2]), threads=1)
+            free=[], evaluation=self.evaluation._replace(pending=pending),
+            threads=1)
 
     def on_started(self, w):
         """The worker was started (it plays a pending request at once)."""
@@ -282,7 +283,9 @@ class Evaluator(Supervised, Breakable):
             actor_device=devices)
         self._workers(mp_ctx, 1, lambda params:
                       _EvaluationRequests(
-                          spec, params, (int(n_episodes), max_steps, record),
+                          spec, params, EvaluationSpec(
+                              n_episodes=int(n_episodes), max_steps=max_steps,
+                              pending=None, record=record),
                           count=int(run.extra.get("requests", 0))),
                       name="rlplay-evaluate", stats=_stats)
 

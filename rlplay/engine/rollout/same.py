@@ -22,7 +22,7 @@ later calls raise it again (see :mod:`._states`). ``close()`` closes the
 envs.
 
 The collection is the worker session of every other generator
-(:class:`~._collector.Session`, collector 0, generation 0), driven here in
+(:class:`~rlplay.engine.workers._session.Session`, collector 0, generation 0), driven here in
 the caller's process: seeding, ``meta`` and the env batch are made as a
 worker makes them.
 """
@@ -31,11 +31,11 @@ import time
 
 import torch
 
-from ..core import check_sticky, fragment_device, module_device, prepare
+from ..core import check_sticky, fragment_device, prepare
+from ..devices import module_device, same_device
 from ..seeds import collector_seed_sequence, torch_seed
 from ._base import Generator, Keywords, SetUp, Stats, Unpack, spell_out
-from ._collector import Session, SessionSpec
-from ._devices import same_device
+from ..workers import Session, SessionSpec
 from ._resume import buffer_layout
 
 __all__ = ["rollout", "Rollout"]
@@ -179,7 +179,7 @@ def rollout(factory, actor, n_steps, n_envs, **kwargs: Unpack[Keywords]):
         if it accepts it).
     actor : BaseActorModule
         Runs where its parameters live (``actor_device``, if given, must
-        name that device; see :mod:`._devices`), each row of observations
+        name that device; see :mod:`rlplay.engine.devices`), each row of observations
         moved there once (:mod:`rlplay.engine.core.devices`), under
         ``torch.no_grad()``, in its current mode, drawing from a torch
         random stream of the rollout's own (seeded from ``entropy`` as a

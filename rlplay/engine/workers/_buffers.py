@@ -4,7 +4,7 @@ One mechanism for ``single`` and ``multi``: :class:`SharedBuffers` lays
 ``n_buffers`` fragment buffers out in *one* shared segment
 (:class:`~rlplay.engine.pool.Segment`, checked against ``/dev/shm`` and
 the file-descriptor limits first), tracks which buffers each worker holds
-(free, or being filled), receives the workers' :class:`~._collector.Ready`
+(free, or being filled), receives the workers' :class:`._session.Ready`
 reports into a :class:`~._batch.ReadyQueue` and makes each worker's start
 bundle: it is the protocol that the :class:`~._supervisor.Supervisor`
 serves, and the source of ready fragments of the learner's side
@@ -21,7 +21,7 @@ from collections import deque
 from ..nested import flatten
 from ..pool import Segment, check_capacity, layout, views
 from ._batch import Arrival, Collation, ReadyQueue, new_account
-from ._collector import Buffers, Bye, Give, Ready, WorkerConfig
+from ._session import Buffers, Bye, Give, Ready, WorkerConfig
 
 __all__ = ["SharedBuffers", "WORKER_THREADS"]
 

@@ -1,82 +1,157 @@
 """The messages between a learner and its workers, and what a worker
-starts from (see :mod:`._collector` for the protocol)."""
-from collections import namedtuple
+starts from (see :mod:`._session` for the protocol)."""
+from typing import Any, NamedTuple, Optional
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
-           "SessionSpec", "WorkerConfig", "Buffers"]
+           "SessionSpec", "WorkerConfig", "EvaluationSpec", "Buffers"]
+
 
 # learner -> worker
-Give = namedtuple("Give", "indices")
-Evaluate = namedtuple("Evaluate", "request")
+class Give(NamedTuple):
+    """The learner hands fragment buffers back to a worker."""
+    indices: Any
+
+
+class Evaluate(NamedTuple):
+    """The learner asks for one evaluation."""
+    request: int
+
+
 STOP = "stop"
+
+
 # worker -> learner
-Ready = namedtuple("Ready", "index seq version waited elapsed control",
-                   defaults=(0,))
-Result = namedtuple("Result", "request returns lengths version elapsed video "
-                              "control", defaults=(None, 0))
-Failed = namedtuple("Failed", "record restartable")
-Bye = namedtuple("Bye", "seq")
+class Ready(NamedTuple):
+    """A fragment is ready in buffer ``index``."""
+    index: int
+    seq: int
+    version: int
+    waited: float
+    elapsed: float
+    control: int = 0
 
-SessionSpec = namedtuple(
-    "SessionSpec", "factory actor entropy n_envs sticky check_spaces "
-                   "cpu_affinity actor_device sparse_final",
-    defaults=(None, None, False))
-SessionSpec.__doc__ = """What every worker of a generator shares (made by
-keyword).
 
-factory, actor : Cloudpickled
-entropy : SeedSequence
-    The run's root.
-n_envs : int
-    Envs (columns) per worker.
-sticky : bool
-check_spaces : str
-    As in :func:`rlplay.engine.core.collect`.
-cpu_affinity : None, 'auto' or tuple of tuples
-    Where each worker runs (:func:`rlplay.engine.utils.mp.
-    set_cpu_affinity`), applied before it makes its envs.
-actor_device : None or tuple of torch.device
-    Where each worker runs its actor (:mod:`._devices`): ``None``, where
-    its parameters live (a worker's copy: the CPU).
-sparse_final : bool
-    As in :func:`rlplay.engine.core.collect`: the learner's collation
-    makes the copies of ``obs`` in ``final`` (``multi``, ``cluster``).
-"""
+class Result(NamedTuple):
+    """An evaluation's result."""
+    request: int
+    returns: Any
+    lengths: Any
+    version: int
+    elapsed: float
+    video: Optional[str] = None
+    control: int = 0
 
-WorkerConfig = namedtuple(
-    "WorkerConfig", "spec index collector generation seq params buffers "
-                    "free evaluation threads calls", defaults=((),))
-WorkerConfig.__doc__ = """One worker's start bundle (made by keyword).
 
-spec : SessionSpec
-index : int
-    The worker's index (``meta.worker``; envs ``index * n_envs ..``).
-collector : int
-    Its collector index in the seeding tree (:mod:`rlplay.engine.seeds`).
-generation : int
-    0 for the first worker at ``index``, ``g`` for its ``g``-th
-    replacement (``meta.generation``).
-seq : int
-    The ``meta.seq`` of its first fragment.
-params : SharedParams or None
-    The shared parameters (a Ray worker gets them with each request).
-buffers : Buffers or None
-    Where a collecting worker's fragment buffers live.
-free : list of int
-    The buffers it holds at start.
-evaluation : tuple (n_episodes, max_steps, pending, record) or None
-    For an evaluating worker; ``pending`` is a request to play at once
-    (a replacement's), or ``None``; ``record``: the directory where the
-    video of each evaluation's first episode goes, or ``None``.
-threads : int
-    Torch threads.
-calls : tuple of bytes
-    The ``call_envs`` calls to apply before its first reset (set by the
-    supervisor: every call published so far, see :mod:`._control`).
-"""
+class Failed(NamedTuple):
+    """A worker failed (``record``: an
+    :class:`~rlplay.engine.utils.mp.ErrorRecord`)."""
+    record: Any
+    restartable: bool
 
-Buffers = namedtuple("Buffers", "segment spec stride")
-Buffers.__doc__ = """A worker's fragment buffers: laid out by ``spec``
-(:func:`rlplay.engine.pool.layout`) every ``stride`` bytes of the shared
-``segment`` (:class:`~rlplay.engine.pool.Segment`), or, with ``segment``
-``None``, one buffer of its own."""
+
+class Bye(NamedTuple):
+    """A worker's goodbye, after its last fragment ``seq``."""
+    seq: int
+
+
+class SessionSpec(NamedTuple):
+    """What every worker of a generator shares (made by keyword).
+
+    factory, actor : Cloudpickled
+    entropy : SeedSequence
+        The run's root.
+    n_envs : int
+        Envs (columns) per worker.
+    sticky : bool
+    check_spaces : str
+        As in :func:`rlplay.engine.core.collect`.
+    cpu_affinity : None, 'auto' or tuple of tuples
+        Where each worker runs (:func:`rlplay.engine.utils.mp.
+        set_cpu_affinity`), applied before it makes its envs.
+    actor_device : None or tuple of torch.device
+        Where each worker runs its actor (:mod:`rlplay.engine.devices`):
+        ``None``, where its parameters live (a worker's copy: the CPU).
+    sparse_final : bool
+        As in :func:`rlplay.engine.core.collect`: the learner's collation
+        makes the copies of ``obs`` in ``final`` (``multi``, ``cluster``).
+    """
+    factory: Any
+    actor: Any
+    entropy: Any
+    n_envs: int
+    sticky: bool
+    check_spaces: str
+    cpu_affinity: Any = None
+    actor_device: Any = None
+    sparse_final: bool = False
+
+
+class EvaluationSpec(NamedTuple):
+    """What an evaluating worker plays (made by keyword).
+
+    n_episodes : int
+        Episodes per evaluation.
+    max_steps : int or None
+        The longest episode.
+    pending : int or None
+        A request to play at once (a replacement's), or ``None``.
+    record : str or None
+        The directory where the video of each evaluation's first episode
+        goes, or ``None``.
+    """
+    n_episodes: int
+    max_steps: Optional[int]
+    pending: Optional[int]
+    record: Optional[str]
+
+
+class WorkerConfig(NamedTuple):
+    """One worker's start bundle (made by keyword).
+
+    spec : SessionSpec
+    index : int
+        The worker's index (``meta.worker``; envs ``index * n_envs ..``).
+    collector : int
+        Its collector index in the seeding tree
+        (:mod:`rlplay.engine.seeds`).
+    generation : int
+        0 for the first worker at ``index``, ``g`` for its ``g``-th
+        replacement (``meta.generation``).
+    seq : int
+        The ``meta.seq`` of its first fragment.
+    params : SharedParams or None
+        The shared parameters (a Ray worker gets them with each request).
+    buffers : Buffers or None
+        Where a collecting worker's fragment buffers live.
+    free : list of int
+        The buffers it holds at start.
+    evaluation : EvaluationSpec or None
+        For an evaluating worker.
+    threads : int
+        Torch threads.
+    calls : tuple of bytes
+        The ``call_envs`` calls to apply before its first reset (set by
+        the supervisor: every call published so far, see
+        :mod:`._control`).
+    """
+    spec: SessionSpec
+    index: int
+    collector: int
+    generation: int
+    seq: int
+    params: Any
+    buffers: Any
+    free: Any
+    evaluation: Optional[EvaluationSpec]
+    threads: int
+    calls: tuple = ()
+
+
+class Buffers(NamedTuple):
+    """A worker's fragment buffers: laid out by ``spec``
+    (:func:`rlplay.engine.pool.layout`) every ``stride`` bytes of the
+    shared ``segment`` (:class:`~rlplay.engine.pool.Segment`), or, with
+    ``segment`` ``None``, one buffer of its own."""
+    segment: Any
+    spec: Any
+    stride: int

@@ -1,17 +1,17 @@
 """Workers as Ray actors, both sides (for :mod:`.cluster`).
 
-The Ray counterparts of :mod:`._collector`'s worker loop and of
+The Ray counterparts of :mod:`._session`'s worker loop and of
 :mod:`._supervisor` (Ray is imported by whoever calls them, never at
 import):
 
 - :class:`RemoteWorker`, a Ray actor that drives the worker
-  :class:`~._collector.Session` by method calls: ``start()`` (seed, make
+  :class:`._session.Session` by method calls: ``start()`` (seed, make
   the envs, reset; returns :class:`Started`, where it runs),
   ``fill(params, calls)`` (keep the ``call_envs`` calls, load the
   parameters if new, apply the calls, collect into its own buffer, return
   ``(Ready, fragment)``), ``close()`` (close the envs, return its count).
   Everything the session raises is returned as a
-  :class:`~._collector.Failed`, never raised through Ray;
+  :class:`._session.Failed`, never raised through Ray;
 - :func:`join`: join a Ray cluster or start a local one, and shut it down
   after the last rollout that started it;
 - :class:`RemoteSupervisor`, the learner's side of N such workers:
@@ -21,7 +21,7 @@ import):
   - **pump**: one ``ray.wait`` on the oldest pending call of every
     worker; the results of each worker's calls go to the protocol in the
     order of its calls (Ray may show a later one first), a
-    :class:`~._collector.Failed` or a Ray error of the call (the actor or
+    :class:`._session.Failed` or a Ray error of the call (the actor or
     its node died: :class:`~rlplay.engine.errors.WorkerDied` naming the
     worker, its pid and its node) is a failure;
   - **replace** (``restarts``), under the policy of :mod:`._restarts`
@@ -52,7 +52,7 @@ import torch
 from ..errors import WorkerDied
 from ..pool import views
 from ..utils.mp import ErrorRecord
-from ._collector import Failed, Ready, Session
+from ._session import Failed, Ready, Session
 from ._control import CallLog, CallMail
 from ._restarts import Member, RestartPolicy, reported
 
@@ -232,7 +232,7 @@ class RemoteSupervisor(RestartPolicy):
     protocol : object
         What the workers serve, with the callbacks of
         :class:`~._supervisor.Supervisor`'s protocol: ``accounts``,
-        ``config(w, generation)`` (the :class:`~._collector.WorkerConfig`
+        ``config(w, generation)`` (the :class:`._session.WorkerConfig`
         of worker ``w``'s actor), ``on_started(w)`` (its actor was
         created: the protocol may :meth:`call` it at once, Ray queues the
         calls after ``start``), ``on_message(w, value)`` (a ``fill``

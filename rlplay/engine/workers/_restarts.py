@@ -128,7 +128,7 @@ class RestartPolicy:
 
 def reported(failed, worker):
     """``(exc, restartable, cause)`` of a worker's
-    :class:`~._collector.Failed` report, as :meth:`RestartPolicy._fail`
+    :class:`._session.Failed` report, as :meth:`RestartPolicy._fail`
     takes them."""
     record = failed.record
     return (record.to_exception(worker=worker), failed.restartable,

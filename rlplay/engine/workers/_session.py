@@ -46,7 +46,8 @@ from collections import deque
 import numpy as np
 import torch
 
-from ..core import as_policy, collect, evaluate, fragment_device, startup
+from ..core import collect, evaluate, fragment_device, startup
+from ..policy import as_policy
 from ..envs import make_batch
 from ..pool import views
 from ..seeds import (collector_seed_sequence, env_seed_sequences,
@@ -327,7 +328,7 @@ def main(conn, config, pdeathsig=True):
     session = Session(config.spec, config.index, config.collector,
                       config.generation, config.seq, config.calls)
     segment = None if config.buffers is None else config.buffers.segment
-    if config.evaluation is not None and config.evaluation[3] is not None:
+    if config.evaluation is not None and config.evaluation.record is not None:
         # it renders frames, never a window: SDL (pygame, the renderer of
         # Gymnasium's classic-control envs) needs no display then
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -373,7 +374,8 @@ def _serve_fragments(link, session, config):
 
 
 def _serve_evaluations(link, session, config):
-    n_episodes, max_steps, pending, record = config.evaluation
+    spec = config.evaluation
+    pending = spec.pending
     while True:
         if pending is not None:  # a replacement replays the lost request
             order, pending = Evaluate(pending), None
@@ -387,7 +389,7 @@ def _serve_evaluations(link, session, config):
         session.stage = f"evaluation {order.request}"
         version = session.load(config.params, check=link.check)
         returns, lengths, elapsed, video = session.evaluate(
-            n_episodes, max_steps, record, version)
+            spec.n_episodes, spec.max_steps, spec.record, version)
         if not link.send(Result(order.request, returns, lengths, version,
                                 elapsed, video, session.calls.applied)):
             return

@@ -5,7 +5,7 @@ everything about them that is not protocol. The protocol is an object
 that it serves (the same callbacks as :class:`~._remote.RemoteSupervisor`
 calls): ``accounts`` (a dict per worker, which the supervisor extends),
 ``config(w, generation)`` (worker ``w``'s
-:class:`~._collector.WorkerConfig`), ``on_started(w)``, ``on_message(w,
+:class:`._session.WorkerConfig`), ``on_started(w)``, ``on_message(w,
 message)`` and ``on_lost(w)`` (worker ``w`` is retired for a restart:
 the number of fragments it had in flight, which the protocol reclaims).
 
@@ -17,7 +17,7 @@ the number of fragments it had in flight, which the protocol reclaims).
   under the flow control of :class:`~._control.CallMail`);
 - **pump**: one bounded wait on every pipe and every process sentinel,
   of at most :data:`POLL_INTERVAL` at a time; messages go to the
-  protocol, a :class:`~._collector.Failed` report or a silent death
+  protocol, a :class:`._session.Failed` report or a silent death
   (SIGKILL, ``os._exit``, segfault) is a failure. A death is seen on the
   sentinel, or by ``waitpid`` after each wait
   (:func:`~rlplay.engine.utils.mp.ended`): under ``fork`` and ``spawn``
@@ -58,7 +58,7 @@ import time
 from ..errors import WorkerDied
 from ..utils.mp import (POLL_INTERVAL, ended, join_or_kill,
                         preload_forkserver, wait_ended)
-from ._collector import STOP, Bye, Failed, Ready, Result, main
+from ._session import STOP, Bye, Failed, Ready, Result, main
 from ._control import CallMail
 from ._restarts import Member, RestartPolicy, reported
 

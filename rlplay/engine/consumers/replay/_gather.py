@@ -6,8 +6,8 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from ..nested import suply
-from ..returns import n_step as _n_step
+from ...nested import suply
+from ...returns import n_step as _n_step
 from ._nodes import GOES_ON, TERMINATED, TRUNCATED
 
 Transitions = namedtuple(

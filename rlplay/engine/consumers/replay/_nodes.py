@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ..nested import StructureError, check_structure, flatten, suply
+from ...nested import StructureError, check_structure, flatten, suply
 
 # how a lane's step ended at a node (the node of an episode end holds the
 # true final observation)

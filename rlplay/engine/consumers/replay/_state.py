@@ -4,7 +4,7 @@ assigned, so that a refused state leaves the buffer as it was."""
 import numpy as np
 
 from ..lanes import Lanes
-from ..nested import flatten, suply
+from ...nested import flatten, suply
 from ._nodes import STORE_KEYS
 
 # the entries of every buffer's state_dict() after kind and capacity

@@ -11,9 +11,9 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from ..core import acted, episode_edges
+from ...core.layout import acted, episode_edges
 from ..lanes import Lanes
-from ..nested import suply
+from ...nested import suply
 
 
 def numpy(x):

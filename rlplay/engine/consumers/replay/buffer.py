@@ -3,9 +3,9 @@
 wired together (see :mod:`rlplay.engine.replay`)."""
 import numpy as np
 
-from ..core import check_count
-from ..nested import flatten
-from ..shared import check_device
+from ...core.layout import check_count
+from ...nested import flatten
+from ...devices import check_device
 from . import _gather, _state
 from ._nodes import _Nodes, node_bytes
 from ._samplers import _Prioritized, _Uniform, draw_windows
