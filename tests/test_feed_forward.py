@@ -17,7 +17,7 @@ from generators import assert_fragments_equal, make, without_version
 from rlplay.engine import FeedForwardActor, PolicyActor, check_actor
 from rlplay.engine.core import collect, prepare, startup
 from rlplay.engine.policy import (FeedForwardPolicy, LocalPolicy,
-                           as_policy)
+                                   as_policy)
 from rlplay.engine.envs import make_batch
 from rlplay.engine.nested import suply
 from rlplay.engine.rollout import same

@@ -39,11 +39,12 @@ these loops.
 from .accounting import Accounts
 from .context import Context
 from .episodes import episode, evaluate
+from .finals import copy_obs_to_final, fill_final, obs_is_final
 from .fragments import collect, fragment_device, prepare, startup
 from .layout import (CHECK_SPACES, EpisodeEdges, EpisodeStats, Fragment,
                      Meta, State, acted, check_count, check_spaces_mode,
                      check_sticky, columns, env_axes, episode_edges,
-                     episode_stats)
+                     episode_stats, terminated)
 from ..devices import module_device
 from ..policy import DevicePolicy, LocalPolicy, as_policy
 from .torch_loop import TorchContext
@@ -77,3 +78,9 @@ __all__ = [
     "TorchContext",
     "Accounts",
 ]
+
+# what the other folders of rlplay import beyond __all__ (the import
+# contract, tests/test_imports.py): the copies of final (the learner's
+# collation) and the episode-end mask of the returns
+__exports__ = ["copy_obs_to_final", "obs_is_final", "fill_final",
+               "terminated"]

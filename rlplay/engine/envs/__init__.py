@@ -24,6 +24,7 @@ EnvPool, PettingZoo) API.
 """
 from .batch import Cast, EnvBatch, EnvList, RowOut, Stepped, cast_problem
 from .control import REFUSED_METHODS, check_method
+from .rows import FEW_COLUMNS, put_at
 from .making import (check_factory, check_step, close_envs, make_envs, reset,
                      reward)
 from .sources import EnvConcat, as_batch, check_columns, make_batch
@@ -46,3 +47,7 @@ __all__ = [
     "REFUSED_METHODS", "check_method",
     "TorchSource", "TorchRow", "TorchStepped", "source_device",
 ]
+
+# what the other folders of rlplay import beyond __all__ (the import
+# contract, tests/test_imports.py): the few-column row writes
+__exports__ = ["FEW_COLUMNS", "put_at"]
