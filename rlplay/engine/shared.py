@@ -6,7 +6,7 @@ torch tensors. :func:`aliased` allocates such pairs for a nested structure,
 with extra leading dimensions (time, envs), optionally in shared memory (for
 worker processes) or in page-locked memory (for fast host-to-device copies).
 """
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -23,8 +23,11 @@ __all__ = [
     "check_device",
 ]
 
-Aliased = namedtuple("Aliased", "npy pyt")
-Aliased.__doc__ = """Two views of one memory: ``npy`` (numpy) and ``pyt`` (torch)."""
+
+class Aliased(NamedTuple):
+    """Two views of one memory: ``npy`` (numpy) and ``pyt`` (torch)."""
+    npy: Any
+    pyt: Any
 
 
 def _empty(shape, dtype, shared, pinned):

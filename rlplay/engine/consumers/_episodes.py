@@ -5,6 +5,7 @@ store of rows and :class:`Episodic`, the iterator over a generator of
 fragments.
 """
 from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -20,17 +21,37 @@ MAX_LENGTH = 100_000
 # the format of Episodic.state_dict()
 STATE_FORMAT = "rlplay.episodes/1"
 
-EpisodeMeta = namedtuple(
-    "EpisodeMeta", "worker env generation version_first version_last seq")
-EpisodeMeta.__doc__ = """Where each of ``n`` episodes comes from, each
-``(n,)`` int64: its ``worker``, ``env`` column, ``generation``, the
-versions of its first and last fragment (``version_first``,
-``version_last``), the ``seq`` of its first fragment (see ``episodic``)."""
-PaddedEpisodes = namedtuple(
-    "PaddedEpisodes", "obs act rew actor env env_mask mask terminated "
-    "truncated hx ret length meta")
-PaddedEpisodes.__doc__ = """:meth:`Episodes.padded`: time-major, padded
-with zeros; see :mod:`rlplay.engine.rollout.episodic`."""
+
+class EpisodeMeta(NamedTuple):
+    """Where each of ``n`` episodes comes from, each ``(n,)`` int64: its
+    ``worker``, ``env`` column, ``generation``, the versions of its first
+    and last fragment (``version_first``, ``version_last``), the ``seq``
+    of its first fragment (see ``episodic``)."""
+    worker: Any
+    env: Any
+    generation: Any
+    version_first: Any
+    version_last: Any
+    seq: Any
+
+
+class PaddedEpisodes(NamedTuple):
+    """:meth:`Episodes.padded`: time-major, padded
+    with zeros; see :mod:`rlplay.engine.rollout.episodic`."""
+    obs: Any
+    act: Any
+    rew: Any
+    actor: Any
+    env: Any
+    env_mask: Any
+    mask: Any
+    terminated: Any
+    truncated: Any
+    hx: Any
+    ret: Any
+    length: Any
+    meta: Any
+
 
 _EPISODE_FIELDS = ("obs act rew actor env env_mask terminated truncated hx "
                    "ret length meta offsets")

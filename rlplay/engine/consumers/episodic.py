@@ -3,9 +3,9 @@
 :func:`episodes` turns the fragments of any generator (``same``,
 ``single``, ``multi``, ``cluster``; single envs or vector sources) into
 batches of ``n_episodes`` complete episodes, in the order they complete;
-:func:`rlplay.engine.rollout.episodic.rollout` is the in-process convenience (``episodes`` over
-``same.rollout``); :func:`record` writes the episodes of any generator into
-a Minari dataset (``rlplay[minari]``).
+:func:`rlplay.engine.rollout.episodic.rollout` is the in-process
+convenience (``episodes`` over ``same.rollout``); :func:`record` writes
+the episodes of any generator into a Minari dataset (``rlplay[minari]``).
 
 How episodes are rebuilt. Each env column of the run is a lane
 (:class:`rlplay.engine.lanes.Lanes`: ``meta.worker`` and ``meta.env``); a

@@ -2,7 +2,7 @@
 fragment to fragment, and the per-row views of a fragment buffer that the
 fragment loop (:mod:`.fragments`) indexes.
 """
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -16,14 +16,21 @@ from .layout import _row_fields
 __all__ = ["Context"]
 
 
-_Step = namedtuple("_Step", "actor_in act_out info_out row row_next out "
-                            "ret length acted")
-_Step.__doc__ = """What step ``t`` of a fragment reads and writes: the
-actor's input (torch row ``t``) and where its action and info go (torch),
-the numpy state rows ``t`` and ``t + 1``, the
-:class:`~rlplay.engine.envs.RowOut` the env batch writes (its rewards into
-the accounts' float64 scratch), and the episode statistics and the
-``acted`` flags of row ``t + 1``."""
+class _Step(NamedTuple):
+    """What step ``t`` of a fragment reads and writes: the actor's input
+    (torch row ``t``) and where its action and info go (torch), the numpy
+    state rows ``t`` and ``t + 1``, the :class:`~rlplay.engine.envs.RowOut`
+    the env batch writes (its rewards into the accounts' float64 scratch),
+    and the episode statistics and the ``acted`` flags of row ``t + 1``."""
+    actor_in: Any
+    act_out: Any
+    info_out: Any
+    row: Any
+    row_next: Any
+    out: Any
+    ret: Any
+    length: Any
+    acted: Any
 
 
 class _Views:

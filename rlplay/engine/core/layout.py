@@ -180,7 +180,7 @@ the replay buffer and :class:`~rlplay.engine.norm.RunningNorm` leave them
 out, and an agent-episode never spans an absence. Row ``T`` is row 0 of
 the next fragment here too.
 """
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -200,31 +200,57 @@ CHECK_SPACES = ("first", "always", "never")
 
 _CHECK_HINT = " (check_spaces='never' turns these checks off)"
 
-State = namedtuple("State", "stepno obs act rew fin")
-State.__doc__ = """The rows of a fragment's state, each ``(1 + T, B, ...)``:
-``stepno`` (steps since the episode started), ``obs`` (``x_t``), ``act``
-(``a_{t-1}``, the action that led to row ``t``), ``rew`` (``r_t``) and
-``fin`` (the step into row ``t`` ended an episode); see
-:mod:`rlplay.engine.core.layout`."""
-EpisodeStats = namedtuple("EpisodeStats", "ret length")
-EpisodeStats.__doc__ = """Where an episode ended at row ``t``: its return
-``ret`` (float64) and its ``length`` (int64), each ``(1 + T, B)``, zero
-elsewhere; see :func:`episode_stats`."""
-# control and agent default to None (empty leaves) for a Meta made by
-# hand
-Meta = namedtuple("Meta", "version worker env seq generation control "
-                         "agent", defaults=(None, None))
-Meta.__doc__ = """Where each env column of a fragment comes from, each
-``(B,)`` int64: the parameter ``version``, the ``worker``, the global
-``env`` column, the worker's fragment number ``seq``, its envs'
-``generation``, the ``control`` number of ``call_envs`` calls applied and
-the column's ``agent``; see :mod:`rlplay.engine.core.layout`."""
-Fragment = namedtuple(
-    "Fragment", "state truncated final actor env env_mask hx stats meta "
-                "acted", defaults=(None,))
-Fragment.__doc__ = """A fragment of ``T`` steps of ``B`` envs; see
-:mod:`rlplay.engine.core.layout`."""
+class State(NamedTuple):
+    """The rows of a fragment's state, each ``(1 + T, B, ...)``:
+    ``stepno`` (steps since the episode started), ``obs`` (``x_t``),
+    ``act`` (``a_{t-1}``, the action that led to row ``t``), ``rew``
+    (``r_t``) and ``fin`` (the step into row ``t`` ended an episode); see
+    :mod:`rlplay.engine.core.layout`."""
+    stepno: Any
+    obs: Any
+    act: Any
+    rew: Any
+    fin: Any
 
+
+class EpisodeStats(NamedTuple):
+    """Where an episode ended at row ``t``: its return ``ret`` (float64)
+    and its ``length`` (int64), each ``(1 + T, B)``, zero elsewhere; see
+    :func:`episode_stats`."""
+    ret: Any
+    length: Any
+
+
+class Meta(NamedTuple):
+    """Where each env column of a fragment comes from, each ``(B,)``
+    int64: the parameter ``version``, the ``worker``, the global ``env``
+    column, the worker's fragment number ``seq``, its envs'
+    ``generation``, the ``control`` number of ``call_envs`` calls applied
+    and the column's ``agent``; see :mod:`rlplay.engine.core.layout`."""
+    version: Any
+    worker: Any
+    env: Any
+    seq: Any
+    generation: Any
+    # control and agent default to None (empty leaves) for a Meta made by
+    # hand
+    control: Any = None
+    agent: Any = None
+
+
+class Fragment(NamedTuple):
+    """A fragment of ``T`` steps of ``B`` envs; see
+    :mod:`rlplay.engine.core.layout`."""
+    state: State
+    truncated: Any
+    final: Any
+    actor: Any
+    env: Any
+    env_mask: Any
+    hx: Any
+    stats: EpisodeStats
+    meta: Meta
+    acted: Any = None
 
 
 def check_count(name, value, minimum=1):
@@ -342,9 +368,13 @@ def acted(fragment):
     return fragment.acted
 
 
-EpisodeEdges = namedtuple("EpisodeEdges", "starts ends terminated truncated")
-EpisodeEdges.__doc__ = """Where episodes start and end in a fragment: four
-``(1 + T, B)`` bool arrays or tensors (see :func:`episode_edges`)."""
+class EpisodeEdges(NamedTuple):
+    """Where episodes start and end in a fragment: four ``(1 + T, B)``
+    bool arrays or tensors (see :func:`episode_edges`)."""
+    starts: Any
+    ends: Any
+    terminated: Any
+    truncated: Any
 
 
 def terminated(fin, truncated):

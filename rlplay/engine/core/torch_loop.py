@@ -28,7 +28,7 @@ whole once it is collected, from one host copy of it, with the messages
 of the numpy loop (``env j step t: ...``); the actions were executed by
 then (the numpy loop checks each one before the env gets it).
 """
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -46,14 +46,24 @@ from ..policy import as_policy, copier, fill_lookahead
 __all__ = ["TorchContext", "startup", "collect"]
 
 
-_Step = namedtuple("_Step", "row act_out info_out act_env out fin stepno "
-                            "stepno_next rew_next running running_next "
-                            "acted_next")
-_Step.__doc__ = """What step ``t`` reads and writes, views made once: the
-actor's input (row ``t``), where its action and info go, the action the
-source gets (row ``t + 1``'s, ``(B, ...)``), the row the source writes
-(a :class:`~rlplay.engine.envs.TorchRow`), and rows ``t`` and ``t + 1``
-of ``fin``, ``stepno``, ``rew``, the running returns and ``acted``."""
+class _Step(NamedTuple):
+    """What step ``t`` reads and writes, views made once: the actor's
+    input (row ``t``), where its action and info go, the action the source
+    gets (row ``t + 1``'s, ``(B, ...)``), the row the source writes (a
+    :class:`~rlplay.engine.envs.TorchRow`), and rows ``t`` and ``t + 1`` of
+    ``fin``, ``stepno``, ``rew``, the running returns and ``acted``."""
+    row: Any
+    act_out: Any
+    info_out: Any
+    act_env: Any
+    out: Any
+    fin: Any
+    stepno: Any
+    stepno_next: Any
+    rew_next: Any
+    running: Any
+    running_next: Any
+    acted_next: Any
 
 
 class _Views:

@@ -37,6 +37,7 @@ fresh copy of the row): an env that edits or keeps its action never
 changes what the fragment recorded.
 """
 from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,54 +52,66 @@ from .spaces import format_value, space_example
 __all__ = ["RowOut", "Stepped", "Cast", "EnvBatch", "EnvList",
            "cast_problem"]
 
-RowOut = namedtuple(
-    "RowOut", "t obs rew fin truncated final info info_mask")
-RowOut.__doc__ = """What one step of ``B`` env columns writes: numpy views,
-the env axis first.
 
-t : int
-    The step, for messages (``env j step t``).
-obs : nested arrays, shape = (B, ...)
-    The observations after the step (the reset observation where an
-    episode ended and the column was reset).
-rew : ndarray of float64, shape = (B,)
-    The rewards of the stepped columns, exactly as their envs gave them
-    (0 for a lost call); the caller records them (as the fragment's
-    float32 row) and adds them up (a return is the float64 sum of the
-    rewards, not of their float32 records). Unstepped columns are not
-    written.
-fin, truncated : ndarray of bool, shape = (B,)
-    Set where an episode ended, and where that end was a truncation
-    (``truncated`` may be ``None``: not recorded). Only ended columns are
-    written: the caller clears the row.
-final : nested arrays, shape = (B, ...), or None
-    The true last observation of the ended columns.
-info, info_mask : dict
-    ``{key: nested arrays (B, ...)}`` and ``{key: bool (B,)}`` of the env
-    info keys to record (empty: none); only present keys are written.
-"""
+class RowOut(NamedTuple):
+    """What one step of ``B`` env columns writes: numpy views,
+    the env axis first.
 
-Stepped = namedtuple("Stepped", "ended lost casts env_ended",
-                     defaults=((),))
-Stepped.__doc__ = """What happened in one step of an :class:`EnvBatch`.
+    t : int
+        The step, for messages (``env j step t``).
+    obs : nested arrays, shape = (B, ...)
+        The observations after the step (the reset observation where an
+        episode ended and the column was reset).
+    rew : ndarray of float64, shape = (B,)
+        The rewards of the stepped columns, exactly as their envs gave them
+        (0 for a lost call); the caller records them (as the fragment's
+        float32 row) and adds them up (a return is the float64 sum of the
+        rewards, not of their float32 records). Unstepped columns are not
+        written.
+    fin, truncated : ndarray of bool, shape = (B,)
+        Set where an episode ended, and where that end was a truncation
+        (``truncated`` may be ``None``: not recorded). Only ended columns are
+        written: the caller clears the row.
+    final : nested arrays, shape = (B, ...), or None
+        The true last observation of the ended columns.
+    info, info_mask : dict
+        ``{key: nested arrays (B, ...)}`` and ``{key: bool (B,)}`` of the env
+        info keys to record (empty: none); only present keys are written.
+    """
+    t: Any
+    obs: Any
+    rew: Any
+    fin: Any
+    truncated: Any
+    final: Any
+    info: Any
+    info_mask: Any
 
-ended : list of int
-    The columns whose episode ended, in order.
-lost : list of int
-    The columns whose call was lost: the source reset them one call late,
-    ignoring their action, and their row holds a reset observation that no
-    executed action led to (see :mod:`.vector`); or whose agent was absent
-    (a PettingZoo env, see :mod:`.agents`), their row the first
-    observation of an agent that appears, else a placeholder.
-casts : list of Cast
-    What recording the observations lost, in the order written (empty
-    unless ``check_casts``).
-env_ended : list of int
-    Every column of the multi-agent envs whose episode ended (their last
-    agent left; see :mod:`.agents`), in order, absent agents' included; a
-    live agent's end is in ``ended`` as well. A single env's episode is
-    its column's, reported in ``ended`` alone.
-"""
+
+class Stepped(NamedTuple):
+    """What happened in one step of an :class:`EnvBatch`.
+
+    ended : list of int
+        The columns whose episode ended, in order.
+    lost : list of int
+        The columns whose call was lost: the source reset them one call late,
+        ignoring their action, and their row holds a reset observation that no
+        executed action led to (see :mod:`.vector`); or whose agent was absent
+        (a PettingZoo env, see :mod:`.agents`), their row the first
+        observation of an agent that appears, else a placeholder.
+    casts : list of Cast
+        What recording the observations lost, in the order written (empty
+        unless ``check_casts``).
+    env_ended : list of int
+        Every column of the multi-agent envs whose episode ended (their last
+        agent left; see :mod:`.agents`), in order, absent agents' included; a
+        live agent's end is in ``ended`` as well. A single env's episode is
+        its column's, reported in ``ended`` alone.
+    """
+    ended: Any
+    lost: Any
+    casts: Any
+    env_ended: Any = ()
 
 # a step where nothing ended, no call was lost and nothing was cast
 _CALM = Stepped((), (), (), ())

@@ -16,8 +16,9 @@ Shared by the generators that gather fragments from a pool of workers
   ``final`` from the batch's ``obs`` where no episode ended (so that the
   workers need not copy it: ``sparse_final``).
 """
-from collections import deque, namedtuple
+from collections import deque
 from functools import partial
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -29,9 +30,14 @@ from ..nested import flatten, suply
 __all__ = ["ReadyQueue", "Collation", "Arrival", "new_account",
            "check_hx_dim"]
 
-Arrival = namedtuple("Arrival", "worker index seq version")
-Arrival.__doc__ = """A fragment ready for the learner: from ``worker``, in
-its buffer ``index``, with its ``seq`` and parameter ``version``."""
+
+class Arrival(NamedTuple):
+    """A fragment ready for the learner: from ``worker``, in
+    its buffer ``index``, with its ``seq`` and parameter ``version``."""
+    worker: Any
+    index: Any
+    seq: Any
+    version: Any
 
 
 def new_account():

@@ -53,7 +53,7 @@ again, and would fail alike.
 import base64
 import binascii
 import pickle
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import cloudpickle
 
@@ -68,8 +68,11 @@ __all__ = ["MAX_CALL_BYTES", "CallEnvs", "CallLog", "CallMail",
 # of its socket (about 208 KiB on Linux), so a send never waits
 MAX_CALL_BYTES = 64 * 1024
 
-# learner -> worker (processes): calls number first + 1, first + 2, ...
-CallEnvs = namedtuple("CallEnvs", "first payloads")
+class CallEnvs(NamedTuple):
+    """Learner -> worker (processes): the calls numbered ``first + 1``,
+    ``first + 2``, ... (``payloads``, cloudpickled)."""
+    first: Any
+    payloads: Any
 
 
 def _encode(name, args, kwargs):

@@ -44,7 +44,7 @@ import functools
 import os
 import time
 import weakref
-from collections import namedtuple
+from typing import Any, NamedTuple
 from collections.abc import Mapping
 
 import torch
@@ -62,9 +62,13 @@ __all__ = ["RemoteWorker", "RemoteSupervisor", "Started", "join",
 # what each worker asks of Ray unless the caller's options say otherwise
 ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 
-Started = namedtuple("Started", "node ip pid")
-Started.__doc__ = """Where a worker runs: Ray ``node`` id, its ``ip``, the
-actor's ``pid``."""
+
+class Started(NamedTuple):
+    """Where a worker runs: Ray ``node`` id, its ``ip``, the
+    actor's ``pid``."""
+    node: Any
+    ip: Any
+    pid: Any
 
 
 class RemoteWorker:

@@ -1,7 +1,7 @@
 """What a replay buffer returns: the n-step transitions of indices and the
 windows of a sequence sampler, gathered from the nodes (numpy), and their
 move to the buffer's device."""
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -10,34 +10,54 @@ from ...nested import suply
 from ...returns import n_step as _n_step
 from ._nodes import GOES_ON, TERMINATED, TRUNCATED
 
-Transitions = namedtuple(
-    "Transitions",
-    "obs act rew next_obs discount info version index weight")
+
+class Transitions(NamedTuple):
+    """A batch of sampled transitions (tensors; ``weight``
+    is ``None`` but for :class:`PrioritizedReplay`):
+
+    ====================  ==================================================
+    ``obs``               the observations the actions were taken at
+    ``act``               the actions
+    ``rew``               float32, the discounted sum of the ``k`` rewards of
+                          the window
+    ``next_obs``          the observation reached after ``k`` steps (the true
+                          final observation where the episode ended)
+    ``discount``          float32, ``gamma**k``, 0 after a termination:
+                          the target is ``rew + discount * V(next_obs)``
+    ``info``              the actor's info at ``obs``
+    ``version``           int64, the parameter version that chose ``act``
+    ``index``             int64, the transitions' indices (for ``update``)
+    ``weight``            float32, importance weights (prioritized only)
+    ====================  ==================================================
+    """
+    obs: Any
+    act: Any
+    rew: Any
+    next_obs: Any
+    discount: Any
+    info: Any
+    version: Any
+    index: Any
+    weight: Any
+
 Transitions.__module__ = "rlplay.engine.replay"
-Transitions.__doc__ = """A batch of sampled transitions (tensors; ``weight``
-is ``None`` but for :class:`PrioritizedReplay`):
 
-====================  ==================================================
-``obs``               the observations the actions were taken at
-``act``               the actions
-``rew``               float32, the discounted sum of the ``k`` rewards of
-                      the window
-``next_obs``          the observation reached after ``k`` steps (the true
-                      final observation where the episode ended)
-``discount``          float32, ``gamma**k``, 0 after a termination:
-                      the target is ``rew + discount * V(next_obs)``
-``info``              the actor's info at ``obs``
-``version``           int64, the parameter version that chose ``act``
-``index``             int64, the transitions' indices (for ``update``)
-``weight``            float32, importance weights (prioritized only)
-====================  ==================================================
-"""
 
-Sequences = namedtuple(
-    "Sequences", "obs act rew fin truncated mask info version hx index")
+class Sequences(NamedTuple):
+    """Windows for a recurrent actor, time-major; see
+    :meth:`Replay.sample_sequences`."""
+    obs: Any
+    act: Any
+    rew: Any
+    fin: Any
+    truncated: Any
+    mask: Any
+    info: Any
+    version: Any
+    hx: Any
+    index: Any
+
 Sequences.__module__ = "rlplay.engine.replay"
-Sequences.__doc__ = """Windows for a recurrent actor, time-major; see
-:meth:`Replay.sample_sequences`."""
 
 
 def _take(tree, rows):
