@@ -13,10 +13,10 @@ and its ``**kwargs`` are typed with ``Unpack`` of :class:`Keywords`,
 :class:`WorkerKeywords` or :class:`PoolKeywords` for IDEs); what they
 share lives in
 the underscored modules (:mod:`._base`, with :mod:`._states` and
-:mod:`._stats`; :mod:`rlplay.engine.workers._session`, :mod:`rlplay.engine.workers._supervisor`, :mod:`rlplay.engine.workers._ray`,
-:mod:`._gather`, :mod:`._delivery`, :mod:`rlplay.engine.workers._buffers`, :mod:`rlplay.engine.workers._batch`,
-:mod:`rlplay.engine.workers._params`, :mod:`rlplay.engine.workers._restarts`, :mod:`._resume`; and, behind
-:mod:`.episodic`, :mod:`._episodes` and :mod:`._minari`).
+:mod:`._stats`; :mod:`._supervised`, :mod:`._gather`, :mod:`._delivery`,
+:mod:`._calls`, :mod:`._resume`), built on what runs in the workers and
+drives them (:mod:`rlplay.engine.workers`); :mod:`.episodic` re-exports
+the consumer of :mod:`rlplay.engine.consumers.episodic`.
 
 Every generator takes ``factory, actor, n_steps``, then its env counts,
 then these keywords (those it has: ``same`` has neither processes nor
@@ -94,15 +94,16 @@ keyword             default    meaning
                                counters go on, envs are reset with seeds
                                of the resume's own branch); a state that
                                would shape the batch otherwise is refused
-``actor_device``    ``None``   where the actor runs (:mod:`rlplay.engine.devices`):
-                               ``same``, where its parameters live (a
+``actor_device``    ``None``   where the actor runs
+                               (:mod:`rlplay.engine.devices`): ``same``,
+                               where its parameters live (a
                                device given must be that one); the workers,
                                a copy on the CPU, or on this device (one
                                for all, or a list of one per worker;
                                CUDA refused up front without CUDA, under
                                ``fork``, for Ray workers without
                                ``num_gpus``); each row is moved there once
-                               (:mod:`rlplay.engine.core.devices`)
+                               (:mod:`rlplay.engine.policy.device`)
 ==================  =========  =============================================
 
 Every generator and the :class:`Evaluator` (and :mod:`.episodic` over

@@ -282,7 +282,7 @@ class SetUp(EnvControl):
         """What a generator with workers (processes or Ray actors) makes
         before they start: their CPU copy of the actor, the layout of a
         fragment buffer (from a probe env, :func:`probe_layout`: kept by
-        :meth:`_lay_out`) and the :class:`~rlplay.engine.workers._session.SessionSpec` that
+        :meth:`_lay_out`) and the :class:`~rlplay.engine.workers.SessionSpec` that
         every worker shares.
 
         ``actor_device`` is where each worker runs its copy of the actor

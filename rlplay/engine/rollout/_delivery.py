@@ -7,7 +7,7 @@ target is a change here, not a keyword in every generator.
 
 A generator whose workers write into (pageable) shared memory copies a
 fragment into a host batch of its own first (a
-:class:`~rlplay.engine.workers._batch.Collation`, page-locked where a device is asked for): from
+:class:`~rlplay.engine.workers.Collation`, page-locked where a device is asked for): from
 pageable memory CUDA first synchronizes the stream (CUDA runtime API, "API
 synchronization behavior"), so ``next()`` would wait for all the training
 queued on the GPU; the page-locked copy costs one host memcpy (what the

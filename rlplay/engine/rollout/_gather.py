@@ -8,12 +8,12 @@ watching every worker) until ``n_per_batch`` fragments no older than
 the batch, hands their buffers (or requests) back to the workers and
 delivers the batch. What differs is where fragments come from: a *source
 of ready fragments*, which the shared-memory pool
-(:class:`~rlplay.engine.workers._buffers.SharedBuffers`) and the Ray requests
+(:class:`~rlplay.engine.workers.SharedBuffers`) and the Ray requests
 (:class:`~.cluster.RayRequests`) each implement, as
-:class:`~rlplay.engine.workers._params.SharedParams` and :class:`~rlplay.engine.workers._params.RayParams`
+:class:`~rlplay.engine.workers.SharedParams` and :class:`~rlplay.engine.workers.RayParams`
 implement one parameter interface:
 
-- ``ready``: a :class:`~rlplay.engine.workers._batch.ReadyQueue` of the arrivals, in order;
+- ``ready``: a :class:`~rlplay.engine.workers.ReadyQueue` of the arrivals, in order;
 - ``time_collect``, ``time_worker_wait``: the workers' seconds, in all;
 - ``fragment(arrival)``: the arrival's leaves (numpy), in the order of
   :meth:`~rlplay.engine.workers._batch.Collation.sources`;

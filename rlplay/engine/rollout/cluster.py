@@ -9,7 +9,7 @@ Protocol
 The learner sizes one fragment of ``B = n_per_actor`` envs from a probe
 env (made by ``factory`` here and closed at once) and the actor, joins Ray
 (see ``address``), puts the actor's parameters in the object store
-(:class:`~rlplay.engine.workers._params.RayParams`, version ``v0``) and creates ``n_actors``
+(:class:`~rlplay.engine.workers.RayParams`, version ``v0``) and creates ``n_actors``
 Ray actors. Worker ``i`` runs the worker session of :mod:`rlplay.engine.workers._session`
 (seeded as collector ``i``: worker 0 sees the seeds of ``same.rollout``)
 and fills a fragment buffer of its own, envs ``i * B .. (i + 1) * B - 1``.
@@ -51,7 +51,7 @@ Timeline (``k`` counts batches, ``v_k`` is the version published by
 Order: a worker runs its requests in order, but Ray may show the learner
 their results out of order (each reply travels on its own); the learner
 takes a worker's results in the order of its requests
-(:meth:`~rlplay.engine.workers._ray.RemoteSupervisor.pump`), so its fragments reach the
+(:meth:`~rlplay.engine.workers.RemoteSupervisor.pump`), so its fragments reach the
 batches in ``meta.seq`` order, as in :mod:`.multi`.
 
 A new request goes to the worker that holds the fewest (the one whose
@@ -98,7 +98,7 @@ flight after ``restart_delay`` (the fragment being filled is lost) and
 numbers its fragments on from the last one received.
 
 Shutdown (``close()``, dropping the rollout): the ordered shutdown of
-:class:`~rlplay.engine.workers._ray.RemoteSupervisor` (close the envs, kill, wait until
+:class:`~rlplay.engine.workers.RemoteSupervisor` (close the envs, kill, wait until
 Ray knows them dead and their processes on this machine have exited, all
 within ``shutdown_timeout``); then Ray is shut
 down if rlplay started it and no other rollout uses it.
@@ -197,7 +197,7 @@ def _check_placement(options, n_actors):
 
 class RayRequests:
     """The requests of the protocol: the protocol that the
-    :class:`~rlplay.engine.workers._ray.RemoteSupervisor` serves and the source of ready
+    :class:`~rlplay.engine.workers.RemoteSupervisor` serves and the source of ready
     fragments of the learner's side (:class:`~._gather.Gathered`): how many
     requests each worker holds, the fragments received and the ready queue.
     It holds no reference to the generator, so that dropping the generator

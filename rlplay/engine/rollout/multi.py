@@ -7,7 +7,7 @@ The learner sizes one fragment buffer of ``B = n_per_actor`` envs from a
 probe env (made by ``factory`` here and closed at once) and the actor,
 checks that ``n_buffers`` of them fit, allocates them in *one* shared
 segment (:mod:`rlplay.engine.workers._buffers`), makes a shared copy of the actor's parameters
-(:class:`~rlplay.engine.workers._params.SharedParams`, version ``v0``) and starts ``n_actors``
+(:class:`~rlplay.engine.workers.SharedParams`, version ``v0``) and starts ``n_actors``
 workers (:mod:`rlplay.engine.workers._supervisor`), each running the worker loop of
 :mod:`rlplay.engine.workers._session`. Worker ``i`` steps envs ``i * B .. (i + 1) * B - 1``, seeded as
 collector ``i`` (worker 0 sees the seeds of ``same.rollout``).
@@ -72,7 +72,7 @@ reused, valid until the next ``next()``.
 
 The learner's side of this protocol (publish, wait, drop, collate, hand
 back, deliver) is :class:`~._gather.Gathered`, shared with
-:mod:`.cluster`; the pool (:class:`~rlplay.engine.workers._buffers.SharedBuffers`) is its
+:mod:`.cluster`; the pool (:class:`~rlplay.engine.workers.SharedBuffers`) is its
 source of ready fragments.
 
 Waits and errors: ``timeout`` bounds the time ``next()`` waits without

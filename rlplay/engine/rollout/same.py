@@ -22,7 +22,7 @@ later calls raise it again (see :mod:`._states`). ``close()`` closes the
 envs.
 
 The collection is the worker session of every other generator
-(:class:`~rlplay.engine.workers._session.Session`, collector 0, generation 0), driven here in
+(:class:`~rlplay.engine.workers.Session`, collector 0, generation 0), driven here in
 the caller's process: seeding, ``meta`` and the env batch are made as a
 worker makes them.
 """

@@ -5,7 +5,7 @@ Protocol
 --------
 The learner allocates two fragment buffers ``A`` and ``B`` in one shared
 segment (:mod:`rlplay.engine.workers._buffers`, the mechanism of ``multi``), a shared copy of
-the actor's parameters (:class:`~rlplay.engine.workers._params.SharedParams`, version ``v0``)
+the actor's parameters (:class:`~rlplay.engine.workers.SharedParams`, version ``v0``)
 and starts the worker (:mod:`rlplay.engine.workers._supervisor`), which runs the worker loop of
 :mod:`rlplay.engine.workers._session`: ``single`` is the protocol of ``multi`` with one
 worker, two buffers and one fragment per batch, and the rule below on
