@@ -433,3 +433,17 @@ def test_vtrace_of_collected_fragments_of_two_versions():
     got = call(f, **kwargs)
     assert_equal_results(got, reference(f, **kwargs))
     assert (got.rho[live] < 1).any() and (got.rho[live] == 1).any()
+
+
+@pytest.mark.parametrize("device", [
+    "meta",  # every operation exists off the CPU, without a GPU
+    pytest.param("cuda", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_on_the_tensors_device(device):
+    f = random_fragment(6)
+    kwargs = dict(gamma=0.9, lam=0.95, rho_bar=1.0, c_bar=1.0)
+    on_cpu = call(f, **kwargs)
+    got = call({name: x.to(device) for name, x in f.items()}, **kwargs)
+    assert all(x.device.type == device for x in got)
+    if device != "meta":
+        assert_equal_results(VTrace(*[x.cpu() for x in got]), on_cpu)
