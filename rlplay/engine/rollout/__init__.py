@@ -30,7 +30,10 @@ keyword             default    meaning
                                and torch stream gets its own child of one
                                ``numpy.random.SeedSequence``
                                (:mod:`rlplay.engine.seeds`); ``None``: fresh
-                               OS entropy
+                               OS entropy. Each rank of a distributed run
+                               (``torch.distributed``, ``torchrun``) draws
+                               from a tree of its own, rank 0 from the
+                               run's (:func:`~rlplay.engine.seeds.rank_root`)
 ``sticky``          ``False``  stop stepping an env for the rest of a
                                fragment once its episode ended (the frozen
                                rows: :mod:`rlplay.engine.core`)
@@ -84,10 +87,15 @@ keyword             default    meaning
 ``cpu_affinity``    ``None``   where the workers run: ``None`` (where the
                                OS puts them), ``'auto'`` (worker ``i`` on
                                the ``i``-th of the cores this process may
-                               use, round robin) or one set of cores per
-                               worker; applied in each worker before it
-                               makes its envs, refused up front where the
-                               platform has no affinity call
+                               use, round robin; under ``torchrun``, of
+                               this rank's share of them, apart from the
+                               other ranks of the machine's:
+                               ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``,
+                               :func:`~rlplay.engine.utils.rank_cores`) or
+                               one set of cores per worker; applied in each
+                               worker before it makes its envs, refused up
+                               front where the platform has no affinity
+                               call
 ``resume``          ``None``   a ``state_dict()`` of a generator of the
                                same kind and arguments: continue that run
                                (:mod:`._resume`: ``meta.seq``, versions and

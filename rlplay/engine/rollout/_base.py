@@ -32,7 +32,7 @@ from ..core import check_count, check_spaces_mode, check_sticky, prepare
 from ..envs import check_columns, make_batch
 from ..seeds import PROBE_COLLECTOR, env_seed_sequences
 from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
-                        first_timeout)
+                        first_timeout, worker_cpu_affinity)
 from ._collector import SessionSpec
 from ._control import CallLog, EnvControl
 from ._delivery import Delivery
@@ -311,7 +311,7 @@ class SetUp(EnvControl):
                            actor=Cloudpickled(worker_actor), entropy=entropy,
                            n_envs=n_envs, sticky=sticky,
                            check_spaces=check_spaces,
-                           cpu_affinity=cpu_affinity,
+                           cpu_affinity=worker_cpu_affinity(cpu_affinity),
                            actor_device=actor_device,
                            sparse_final=sparse_final)
         return spec, template

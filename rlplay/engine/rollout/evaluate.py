@@ -67,7 +67,8 @@ from collections import namedtuple
 
 from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR
-from ..utils.mp import Cloudpickled, check_timeouts, get_context
+from ..utils.mp import (Cloudpickled, check_timeouts, get_context,
+                        worker_cpu_affinity)
 from ..video import check_writer
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
                     START_TIMEOUT, Breakable, Deadline, Status, Supervised)
@@ -278,7 +279,8 @@ class Evaluator(Supervised, Breakable):
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
             entropy=run.entropy, n_envs=int(n_envs), sticky=False,
-            check_spaces="first", cpu_affinity=cpu_affinity,
+            check_spaces="first",
+            cpu_affinity=worker_cpu_affinity(cpu_affinity),
             actor_device=devices)
         self._workers(mp_ctx, 1, lambda params:
                       _EvaluationRequests(
