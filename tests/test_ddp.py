@@ -5,28 +5,39 @@ The seeding tree of a rank (:func:`rlplay.engine.seeds.rank_root`): rank
 of its own, whatever the world size; a checkpoint records its rank and is
 resumed by that rank only. The cores of ``cpu_affinity="auto"``: each
 local rank gets its own share (:func:`rlplay.engine.utils.rank_cores`),
-read in the learner.
+read in the learner. And the example of the how-to page
+(examples/ddp_cartpole.py), run by ``torch.distributed.run`` with two
+ranks: their data differ, their workers' cores too, their parameters stay
+equal.
 """
 import copy
 import functools
+import importlib.util
 import io
+import json
 import os
+import signal
+import subprocess
+import sys
 from contextlib import closing
+from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
 
 from envs import CountingEnv, EndsEnv, counting_factory
 from generators import CountingActor, assert_fragments_equal, make
+from rlplay.engine import PolicyActor
 from rlplay.engine import seeds as S
-from rlplay.engine.rollout import multi, single
+from rlplay.engine.rollout import multi, same, single
 from rlplay.engine.utils import (AutoAffinity, local_rank, rank_cores,
                                  worker_cpu_affinity)
 
 T, B = 4, 2
 FACTORY = functools.partial(counting_factory, term_every=3)
-from bounds import STEADY, START  # noqa: E402 (bounds.py says why)
+from bounds import SCRIPT, STEADY, START  # noqa: E402 (bounds.py says why)
 
 
 def states(sequences):
@@ -307,3 +318,82 @@ def test_auto_pins_the_workers_on_their_ranks_share(monkeypatch):
             w = int(batch.meta.worker[s])
             assert torch.all(batch.env["cpus"][:, s] == want[w])
 
+
+# ------------------------------------------------- the how-to's example --
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "ddp_cartpole.py"
+# batches each rank trains on: enough for a few optimiser steps
+N_BATCHES = 6
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("ddp_cartpole", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _first_obs_alone(module, entropy):
+    # the first batch that a process alone (no ranks) collects with the
+    # example's network and arguments: same.rollout, seeded as single
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the worker, the same kernels
+    try:
+        torch.manual_seed(0)
+        net = module.Net()
+        with same.rollout(functools.partial(gymnasium.make, "CartPole-v1"),
+                          PolicyActor(net), module.N_STEPS, module.N_ENVS,
+                          entropy=entropy) as feed:
+            return module.digest(next(feed).state.obs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.timeout(SCRIPT + 60)
+def test_the_example_trains_two_ranks_on_disjoint_data(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(name, None)
+    # --standalone: a rendezvous on a free port of this machine
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", str(EXAMPLE), str(N_BATCHES)]
+    # a session of its own: a timeout ends the launcher and its ranks
+    process = subprocess.Popen(command, cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=SCRIPT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, output[-4000:]
+    lines = [json.loads(line) for line in output.splitlines()
+             if line.startswith("{")]
+    ranks = {line["rank"]: line for line in lines}
+    assert sorted(ranks) == [0, 1] and len(lines) == 2, output[-4000:]
+    for rank, line in ranks.items():
+        assert line["world_size"] == 2 and line["state_rank"] == rank
+        assert line["steps"] == N_BATCHES * 32 * 4
+        assert line["total_steps"] == 2 * line["steps"]
+    zero, one = ranks[0], ranks[1]
+    # disjoint data: each rank collects from a tree of its own, rank 0
+    # from the run's, as a process alone would
+    assert zero["seeds"]["spawn_key"] == []
+    assert one["seeds"]["spawn_key"] == [S.RANK_BRANCH, 1]
+    assert zero["first_obs"] != one["first_obs"]
+    module = _example()
+    assert zero["first_obs"] == _first_obs_alone(module, module.ENTROPY)
+    assert one["first_obs"] == _first_obs_alone(
+        module, S.rank_root(module.ENTROPY, 1))
+    # the workers on cores apart (where there are two to share)
+    allowed = os.sched_getaffinity(0)
+    for rank, line in ranks.items():
+        assert line["worker_cores"] == [rank_cores(allowed, rank, 2)[0]]
+    if len(allowed) >= 2:
+        assert not set(zero["worker_cores"]) & set(one["worker_cores"])
+    # DDP kept the ranks' parameters equal, step after step
+    assert zero["params"] == one["params"]
