@@ -626,6 +626,19 @@ def late_vector(k=4, trunc_at=5):
     return LateVectorEnv(k, trunc_at)
 
 
+class EmptyVectorEnv(LateVectorEnv):
+    """A :class:`LateVectorEnv` of no envs (``num_envs=0``): a source of no
+    columns."""
+
+    def __init__(self):
+        from gymnasium.vector.utils import batch_space
+        super().__init__(1)
+        self.envs, self.num_envs, self.autoreset = [], 0, np.zeros(0, bool)
+        self.observation_space = batch_space(self.single_observation_space,
+                                             0)
+        self.action_space = batch_space(self.single_action_space, 0)
+
+
 # ------------------------------------------------------- whole episodes --
 
 class VaryingEnv(CountingEnv):

@@ -330,6 +330,8 @@ class AgentEnvs(EnvBatch):
             self._write(out.final, j, value, what)
         self.present[j] = False
 
+    renders_columns = True
+
     def render(self, column):
         return self.envs[column // self.n_agents].render()
 

@@ -13,6 +13,7 @@ the statistics, going on from the run's counters. The workers then start
 under a supervisor, processes (:mod:`._supervisor`) or Ray actors
 (:mod:`._remote`), whose generator's side is :class:`Supervised`.
 """
+import contextlib
 import inspect
 import math
 import numbers
@@ -46,7 +47,7 @@ from ._supervisor import Supervisor
 __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
            "spell_out", "Closing", "Breakable", "Generator", "Status",
            "Stats", "STATS_KEYS", "SetUp", "Supervised",
-           "probe_layout", "check_arguments", "Deadline", "TIMEOUT",
+           "probe_layout", "probed", "check_arguments", "Deadline", "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
            "RESTART_DELAY"]
 
@@ -197,11 +198,7 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
     call_refusal : str or None
         Why the source cannot take ``call_envs`` (EnvPool), or ``None``.
     """
-    probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
-                                                   PROBE_COLLECTOR),
-                       max_sources=1)
-    try:
-        check_columns(probe, n_envs, name)
+    with probed(factory, n_envs, entropy, name) as probe:
         if sticky:
             check_sticky(probe)
         with torch.random.fork_rng(devices=[]):
@@ -209,6 +206,29 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
                                env_info=env_info, final=final).pyt
         return template, buffer_layout(template, probe.observation_space,
                                        probe.action_space), probe.call_refusal
+
+
+@contextlib.contextmanager
+def probed(factory, n_envs, entropy, name="n_envs"):
+    """One source made with ``factory`` in the learner (seeded as collector
+    :data:`~rlplay.engine.seeds.PROBE_COLLECTOR` of ``entropy``), checked
+    to size ``n_envs`` columns (the argument ``name``): a whole number of
+    such sources, none of no columns; closed on leaving.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`~rlplay.engine.envs.make_batch` and
+        :func:`~rlplay.engine.envs.check_columns`.
+    Exception
+        Whatever ``factory`` raises, as it is.
+    """
+    probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
+                                                   PROBE_COLLECTOR),
+                       max_sources=1, name=name)
+    try:
+        check_columns(probe, n_envs, name)
+        yield probe
     finally:
         probe.close()
 
