@@ -270,8 +270,12 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
                     f"factory {factory!r} made an EnvPool env without a "
                     f"seed: EnvPool seeds its envs when it is made, so "
                     f"every worker would step the same envs; give the "
-                    f"factory a seed parameter and pass it on (lambda "
-                    f"seed: envpool.make_gymnasium(..., seed=seed))")
+                    f"factory a seed parameter and pass it on within the "
+                    f"int32 range that EnvPool takes for its k envs (seed, "
+                    f"seed + 1, ...): lambda seed: envpool.make_gymnasium("
+                    f"..., num_envs=k, seed=shared_seed(seed, k)), with "
+                    f"shared_seed from rlplay.engine.seeds (seed % (2**31 "
+                    f"- k))")
             source = _source(raw, factory, seed)
             width, kind = (source.n_envs, None) if isinstance(
                 source, EnvBatch) else _width(source)
