@@ -675,3 +675,18 @@ def test_squashed_normal_refuses_bounds_of_other_shapes():
                                          r"\(3,\)"):
         squashed_normal(torch.zeros(2), torch.ones(2), [0.0, 0.0],
                         [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("args, match", [
+    ((None,), r"policy must be a torch.nn.Module .*got NoneType None"),
+    ((lambda obs: obs,), r"policy must be a torch.nn.Module .*got function"),
+    ((nn.Linear(3, 2), "no"),
+     r"greedy_in_eval must be True or False, got str 'no'"),
+    ((nn.Linear(3, 2), None),
+     r"greedy_in_eval must be True or False, got NoneType None"),
+])
+def test_policy_actor_refuses_bad_arguments(args, match):
+    with pytest.raises(TypeError, match=match):
+        PolicyActor(*args)
+    assert PolicyActor(nn.Linear(3, 2), np.bool_(False)).greedy_in_eval \
+        is False

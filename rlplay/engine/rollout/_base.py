@@ -29,7 +29,8 @@ except ImportError:  # typing_extensions comes with torch and gymnasium
     from typing_extensions import Unpack
 
 from ..actor import check_actor
-from ..core import check_count, check_spaces_mode, check_sticky, prepare
+from ..core import (check_count, check_flag, check_spaces_mode,
+                    check_sticky, prepare)
 from ..envs import check_columns, make_batch
 from ..seeds import PROBE_COLLECTOR, env_seed_sequences
 from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
@@ -162,8 +163,7 @@ def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
         check_count(name, value, minimum)
     if timeouts is not None:
         check_timeouts(**timeouts)
-    if not isinstance(sticky, (bool, np.bool_)):
-        raise TypeError(f"sticky must be a bool, got {sticky!r}")
+    check_flag("sticky", sticky)
     check_spaces_mode(check_spaces)
     check_count("restarts", restarts, 0)
     check_cpu_affinity(cpu_affinity, n_workers)

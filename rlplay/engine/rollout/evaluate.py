@@ -278,6 +278,9 @@ class Evaluator(Supervised, Breakable):
                             f"Gymnasium env, got {type(factory).__name__}")
         if record is not None:
             factory, record = _recording(factory, record)
+        mp_ctx = get_context(start_method)
+        devices = worker_devices(actor_device, 1,
+                                 start_method=mp_ctx.get_start_method())
         # sized here, as the generators size their buffers: a count the
         # factory's sources cannot make, or a recording that they cannot
         # render, is refused before any worker starts
@@ -286,9 +289,6 @@ class Evaluator(Supervised, Breakable):
                 raise TypeError(f"record={record!r} renders env 0's "
                                 f"frames, but {render_refusal(probe)}")
             self._calls.refusal = probe.call_refusal
-        mp_ctx = get_context(start_method)
-        devices = worker_devices(actor_device, 1,
-                                 start_method=mp_ctx.get_start_method())
         self._version = run.version  # the last submitted
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
