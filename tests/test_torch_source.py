@@ -202,8 +202,21 @@ def test_bad_counts_and_sticky_are_refused():
     with pytest.raises(ValueError, match="sticky=True .* a torch-native "
                                          "source"):
         same.rollout(factory, Balancer(), T, 4, sticky=True)
-    with pytest.raises(ValueError, match="autoreset_mode must be"):
-        TorchCartPole(2, autoreset_mode="later")
+    for mode in ("later", "", 3, None):
+        with pytest.raises(ValueError, match=f"autoreset_mode must be one "
+                           f"of .*got {mode!r}"):
+            TorchCartPole(2, autoreset_mode=mode)
+    for mode in ("same_step", "SameStep", "SAME_STEP",
+                 AutoresetMode.SAME_STEP):
+        assert TorchCartPole(2, autoreset_mode=mode).mode is \
+            AutoresetMode.SAME_STEP
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="device='cuda' needs CUDA, "
+                           "but torch.cuda.is_available.. is False"):
+            TorchCartPole(4, device="cuda")
+    with pytest.raises(RuntimeError, match="device='meta' cannot hold the "
+                       "env's tensors and generator on this machine: "):
+        TorchCartPole(4, device="meta")
     with pytest.raises(TypeError, match="num_envs must be an int"):
         TorchCartPole(2.0)
 
