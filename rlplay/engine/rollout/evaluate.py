@@ -2,7 +2,10 @@
 
 Protocol
 --------
-The learner makes a shared copy of the actor's parameters
+The learner sizes the envs from a probe source that it makes and closes
+at once (as the rollout generators do: a count of ``n_envs`` that the
+factory's sources cannot make, or a ``record=`` that they cannot render,
+is refused there), makes a shared copy of the actor's parameters
 (:class:`SharedParams`) and starts the worker, which makes its own envs
 (seeded from the run's ``entropy`` at collector index
 :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`, apart from every rollout
@@ -12,7 +15,7 @@ one request is outstanding: submitted and not yet picked up::
 
     learner                                       worker
     -------                                       ------
-    Evaluator(): v0, start the worker ──────────► seed, make envs, wait
+    Evaluator(): probe env, v0, start worker ───► seed, make envs, wait
     ...train...
     submit(actor): publish v_n,
                    send Evaluate(n) ────────────► load v_n, eval mode,
