@@ -64,6 +64,8 @@ __all__ = [
     "collector_seed_sequence",
     "env_seed_sequences",
     "reset_seed",
+    "shared_seed",
+    "source_reset_seed",
     "next_reset_seeds",
     "torch_seed",
     "seed_worker",
@@ -78,6 +80,9 @@ RESTART_BRANCH = 2**31 - 3
 RESUME_BRANCH = 2**31 - 4
 # the branch of the tree that the ranks >= 1 of a distributed run draw from
 RANK_BRANCH = 2**31 - 5
+# a source that takes one seed for all its envs gets one below this bound
+# less its number of envs (shared_seed)
+SEED_BOUND = 2**31
 
 
 def seed_sequence(entropy=None):
@@ -204,6 +209,33 @@ def reset_seed(seq):
     """The integer seed an env is made and reset with, from its sequence
     (``None`` for ``None``)."""
     return None if seq is None else int(seq.generate_state(1)[0])
+
+
+def shared_seed(seed, n_envs):
+    """``seed`` for a source that seeds its ``n_envs`` envs with ``seed,
+    seed + 1, ...`` as 32-bit signed ints (ALE's ``AtariVectorEnv``,
+    EnvPool, which refuse a larger one): ``seed % (2**31 - n_envs)``, so
+    that every env's seed fits.
+
+    Examples
+    --------
+    >>> shared_seed(2**32 - 1, 4)  # a reset seed may reach 2**32 - 1
+    7
+    """
+    return seed % (SEED_BOUND - n_envs)
+
+
+def source_reset_seed(seqs, n_envs, seeds_each):
+    """The ``seed=`` of a whole reset of a source of ``n_envs`` envs, the
+    one rule for every kind of source (numpy or torch): each column's
+    :func:`reset_seed` where the source takes a list (``seeds_each``:
+    Gymnasium's ``SyncVectorEnv``, ``AsyncVectorEnv``), else the first
+    column's, reduced by :func:`shared_seed`; ``None`` for ``None``."""
+    if seqs is None:
+        return None
+    if seeds_each:
+        return [reset_seed(seq) for seq in seqs]
+    return shared_seed(reset_seed(seqs[0]), n_envs)
 
 
 def next_reset_seeds(seqs):

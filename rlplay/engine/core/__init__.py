@@ -42,7 +42,8 @@ from .episodes import episode, evaluate
 from .devices import DevicePolicy, module_device
 from .fragments import collect, fragment_device, prepare, startup
 from .layout import (CHECK_SPACES, EpisodeEdges, EpisodeStats, Fragment,
-                     Meta, State, acted, check_count, check_spaces_mode,
+                     Meta, State, acted, check_count, check_flag,
+                     check_spaces_mode,
                      check_sticky, columns, env_axes, episode_edges,
                      episode_stats)
 from .policy import LocalPolicy, as_policy
@@ -50,6 +51,7 @@ from .torch_loop import TorchContext
 
 __all__ = [
     "check_count",
+    "check_flag",
     "check_spaces_mode",
     "check_sticky",
     "State",

@@ -153,6 +153,11 @@ class Continuation:
         if self.saved is None:
             return
         saved = self.saved["layout"]
+        if saved is None:  # an evaluator's, which fills no buffer
+            raise ValueError(
+                f"resume['layout'] is None (an evaluator's state, whose "
+                f"evaluations fill no batch), but this generator shapes its "
+                f"batches: resume it from a state of its own kind")
         names = ("observation space", "action space")
         for name, old, new in zip(names, saved["spaces"], layout["spaces"]):
             if old != new:
