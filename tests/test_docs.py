@@ -8,6 +8,8 @@ Skipped where the documentation's tools are missing (``pip install
 rlplay[docs]``, which ``make docs`` and ``make test`` install).
 """
 import ast
+import html
+import inspect
 import importlib
 import os
 import re
@@ -180,3 +182,82 @@ def test_the_timelines_are_the_docstrings():
     assert len(shown) >= 7
     for block in shown:
         assert block in drawn, f"not in a module's docstring:\n{block}"
+
+
+# the callables whose keywords a static reading gets wrong unless told:
+# the generators' shared keywords arrive as ``**kwargs: Unpack[...]``, and
+# PrioritizedReplay documents six parameters in one entry
+SPELLED_OUT = [
+    "rlplay.engine.rollout.same.rollout", "rlplay.engine.rollout.same.Rollout",
+    "rlplay.engine.rollout.single.rollout",
+    "rlplay.engine.rollout.single.Rollout",
+    "rlplay.engine.rollout.multi.rollout",
+    "rlplay.engine.rollout.multi.Rollout",
+    "rlplay.engine.rollout.cluster.rollout",
+    "rlplay.engine.rollout.cluster.Rollout",
+    "rlplay.engine.rollout.evaluate.Evaluator",
+    "rlplay.engine.replay.PrioritizedReplay",
+]
+# an object's heading, and the kind of object (a namedtuple shows as an
+# attribute: its "signature" is the assignment)
+HEADING = re.compile(r'<h[1-6] id="([\w.]+)" class="doc doc-heading">\s*'
+                     r'<code class="doc-symbol doc-symbol-heading '
+                     r'doc-symbol-(\w+)">')
+
+
+def _text(fragment):
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def _rendered(site):
+    """``{identifier: (signature, {parameter: default cell})}`` of every
+    object of the API pages that shows a signature, as rendered."""
+    shown = {}
+    for page in sorted((site / "api").glob("*.html")):
+        text = page.read_text()
+        heads = list(HEADING.finditer(text))
+        for head, after in zip(heads, heads[1:] + [None]):
+            part = text[head.end():after.start() if after else len(text)]
+            signature = re.search(r'<div class="doc-signature[^"]*">(.*?)'
+                                  r"</div>", part, flags=re.S)
+            if signature is None or head.group(2) not in (
+                    "function", "method", "class"):
+                continue
+            table = re.search(r"<th>Default</th>.*?</table>", part,
+                              flags=re.S)
+            rows = {} if table is None else {
+                _text(name).strip(): _text(default).strip()
+                for name, default in re.findall(
+                    r'<tr class="doc-section-item">\s*<td>(.*?)</td>.*?'
+                    r"<td>.*?</td>\s*<td>.*?</td>\s*<td>(.*?)</td>\s*</tr>",
+                    table.group(0), flags=re.S)}
+            shown[head.group(1)] = (_text(signature.group(1)), rows)
+    return shown
+
+
+def test_no_keyword_with_a_default_is_shown_as_required(site):
+    """The signatures and parameter tables of the API pages show what
+    ``inspect.signature`` (and ``help()``) shows: every parameter that has
+    a default is shown with one, never as required, the generators' shared
+    keywords (``**kwargs: Unpack[...]`` in the source) among them."""
+    shown = _rendered(site)
+    assert set(SPELLED_OUT) <= set(shown), sorted(set(SPELLED_OUT) - set(shown))
+    wrong = []
+    for identifier, (signature, rows) in shown.items():
+        obj = _resolve(identifier)
+        try:
+            parameters = inspect.signature(obj).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        if "**kwargs" in signature and not any(
+                p.kind is p.VAR_KEYWORD for p in parameters):
+            wrong.append(f"{identifier}: shows **kwargs")
+        for p in parameters:
+            if p.default is p.empty:
+                continue
+            if not re.search(rf"\b{p.name}=", signature):
+                wrong.append(f"{identifier}: {p.name} has no default in "
+                             f"the signature")
+            if rows.get(p.name) == "required":
+                wrong.append(f"{identifier}: {p.name} shown as required")
+    assert not wrong, "\n".join(wrong)
