@@ -4,18 +4,23 @@ reference rendered from the docstrings, for every public name; the figure
 of the batch layout, as its script draws it; a page for every notebook;
 the generators' timelines as their modules' docstrings draw them.
 
-Skipped where the documentation's tools are missing (``pip install
-rlplay[docs]``, which ``make docs`` and ``make test`` install).
+Skipped where the documentation's tools are missing (the ``docs``
+extra, which ``make docs`` and ``make test`` install).
 """
 import ast
+import functools
 import html
-import inspect
+import http.server
 import importlib
+import inspect
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import threading
+import urllib.request
 import zlib
 from pathlib import Path
 
@@ -45,7 +50,7 @@ MODULES = [
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     for tool in TOOLS:
-        pytest.importorskip(tool, reason="pip install rlplay[docs]")
+        pytest.importorskip(tool, reason="needs the docs extra")
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -261,3 +266,92 @@ def test_no_keyword_with_a_default_is_shown_as_required(site):
             if rows.get(p.name) == "required":
                 wrong.append(f"{identifier}: {p.name} shown as required")
     assert not wrong, "\n".join(wrong)
+
+
+# the pages a reader opens first, as files too
+FIRST_PAGES = [ROOT / "README.md", DOCS / "index.md",
+               DOCS / "getting-started.md"]
+# a README section, and a page's copy of one
+SECTION = re.compile(r"<!-- --8<-- \[start:(\w+)\] -->\n(.*?)"
+                     r"<!-- --8<-- \[end:\1\] -->", flags=re.S)
+COPY = re.compile(r"<!-- a copy of README\.md's \"(\w+)\" section[^\n]*-->\n"
+                  r"(.*?)\n<!-- end of the copy -->", flags=re.S)
+# a relative link or image of Markdown, or an HTML src/href
+LINK = re.compile(r'\]\(([^)\s]+)\)|(?:src|href)="([^"]+)"')
+
+
+def test_the_first_pages_read_as_files():
+    """docs/index.md and getting-started.md hold copies of README.md's
+    sections (the set-up, the quickstart...), equal to them, instead of
+    snippet lines that only the built site expands."""
+    readme = dict(SECTION.findall((ROOT / "README.md").read_text()))
+    copied = set()
+    for page in FIRST_PAGES[1:]:
+        text = page.read_text()
+        assert not re.search(r"^--8<--", text, flags=re.M), page.name
+        for name, copy in COPY.findall(text):
+            assert name in readme, f"{page.name}: no README section {name}"
+            assert copy == readme[name].strip("\n"), (
+                f"{page.name}'s copy of README.md's {name!r} section differs "
+                f"from it: copy it again")
+            copied.add(name)
+    assert {"setup", "what", "quickstart", "peers"} <= copied, copied
+
+
+def _links(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for match in LINK.finditer(text):
+        url = match.group(1) or match.group(2)
+        path = url.partition("#")[0]
+        if path and not re.match(r"[a-z]+:", path):
+            yield url, path
+
+
+def test_relative_links_resolve_on_disk():
+    """Every relative link of README.md and of docs/ resolves from the
+    page's own place in the repository (a notebook at
+    ``../../notebooks/NAME.ipynb``, which docs/hooks.py points at its page
+    in the site), so that the pages read as files too."""
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    broken, seen = [], 0
+    for page in pages:
+        for url, path in _links(page):
+            seen += 1
+            if not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {url}")
+    assert seen >= 100, seen
+    assert not broken, "\n".join(broken)
+
+
+def test_the_site_serves_its_search_with_the_documented_command(site):
+    """The documented way to open the site with its search (browsers run
+    Material's search only from a server) is ``python3 -m http.server
+    --directory site``, the directory ``make docs`` builds into; served so
+    (the same server, in this process), a page has the search box and the
+    index holds the pages."""
+    command = "python3 -m http.server --directory site"
+    for page in FIRST_PAGES:
+        said = " ".join(page.read_text().split())
+        assert command in said, f"{page.name} does not name {command}"
+    assert "--site-dir $(SITE)" in (ROOT / "Makefile").read_text()
+    assert "SITE ?= site" in (ROOT / "Makefile").read_text()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(site))
+    handler.log_message = lambda *args: None
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            base = f"http://127.0.0.1:{server.server_address[1]}/"
+            with urllib.request.urlopen(base, timeout=DOCS_BUILD) as reply:
+                home = reply.read().decode()
+            with urllib.request.urlopen(base + "search/search_index.json",
+                                        timeout=DOCS_BUILD) as reply:
+                index = json.load(reply)
+        finally:
+            server.shutdown()
+            thread.join(DOCS_BUILD)
+    assert 'data-md-component="search"' in home
+    locations = {doc["location"] for doc in index["docs"]}
+    assert {"getting-started.html", "how-to/evaluation.html",
+            "api/multi.html"} <= locations, sorted(locations)[:20]
