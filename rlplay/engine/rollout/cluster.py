@@ -1,7 +1,8 @@
 """A Ray cluster: Ray actors on any nodes fill fragments, which reach the
 learner through Ray's object store; the learner collates them into batches.
 
-Needs Ray (``pip install rlplay[cluster]``); importing this module does
+Needs Ray (the ``cluster`` extra: ``pip install -e
+'path/to/rlplay[cluster]'`` from rlplay's clone); importing this module does
 not, calling :func:`rollout` does.
 
 Protocol
@@ -284,8 +285,10 @@ class Rollout(Gathered):
                  n_buffers, n_per_batch, *, address=None, actor_options=None,
                  **kwargs: Unpack[PoolKeywords]):
         if ray is None:
-            raise ImportError("cluster.rollout needs Ray: pip install "
-                              "rlplay[cluster]")
+            raise ImportError("cluster.rollout needs Ray: pip install -e "
+                              "'path/to/rlplay[cluster]' (rlplay's clone "
+                              "with its cluster extra), or pip install "
+                              "'ray>=2.40'")
         self._options = ray_options(actor_options)
         self._address = address
         super().__init__(factory, actor, n_steps, n_actors, n_per_actor,

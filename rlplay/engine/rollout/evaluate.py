@@ -203,7 +203,8 @@ class Evaluator(Supervised, Breakable):
         version (``version-000012.gif``; the :class:`Evaluation` says
         which). The envs are asked for ``render_mode="rgb_array"`` where
         the factory takes that keyword (``gymnasium.make`` does); otherwise
-        it must make them so. Needs ``pip install rlplay[video]``.
+        it must make them so. Needs the ``video`` extra (``pip install
+        -e 'path/to/rlplay[video]'``).
         ``None``: nothing is rendered. A directory that cannot be made
         or written to is refused up front (``ValueError``).
 
