@@ -24,7 +24,8 @@ instead, against setup.cfg, the Makefile and the clone.
 
 The scripts import this checkout's rlplay (``PYTHONPATH``), and the
 ``demo`` extra (tqdm) is hidden from them: the examples need rlplay
-alone. A block that uses Ray (or mpe2, or TensorBoard's writer) is
+alone. A block that uses Ray (or mpe2, TensorBoard's writer, ALE or
+MuJoCo) is
 skipped where it is missing.
 """
 import configparser
@@ -45,7 +46,8 @@ BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
 # what a block needs, by what it says: the module that must be importable
 NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
          "import simple_spread": "mpe2",
-         "import SummaryWriter": "tensorboard"}
+         "import SummaryWriter": "tensorboard",
+         "import ale_py": "ale_py", "HalfCheetah": "mujoco"}
 # a bound on one block (bounds.py says why)
 from bounds import MARGIN, DOC_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there
@@ -192,3 +194,17 @@ def test_the_extras_bring_what_the_pages_import():
     makefile = (ROOT / "Makefile").read_text()
     asked = re.search(r"^EXTRAS_test := (.*)$", makefile, flags=re.M)
     assert "torch-envs" in asked.group(1).split(",")
+
+
+def test_the_loops_take_one_torch_thread():
+    """Every example that runs a loop over a feed sets
+    ``torch.set_num_threads(1)``: the actors are small MLPs, which one
+    thread runs fastest, and torch's default (a thread per core) made the
+    logging guide's 20 batches take 10-25 s instead of 1-2 s on a loaded
+    two-core machine."""
+    loops = [param for param in BLOCKS if param.values[0] != "not run"
+             and re.search(r"for \w+(, \w+)? in .*feed", param.values[2])]
+    assert len(loops) >= 8, [param.id for param in loops]
+    missing = [param.id for param in loops
+               if "torch.set_num_threads(1)" not in param.values[2]]
+    assert not missing, missing
