@@ -6,8 +6,8 @@ which this rewrites into the Markdown that mkdocstrings renders.
   ``:mod:`._states```) become optional cross-references: a link where the
   target is documented, the name in code where it is not (a private
   module, the standard library), never a warning.
-- Literal blocks (``Protocol::`` and an indented block) keep the block,
-  which Markdown shows as code, and lose the second colon.
+- Literal blocks (``Protocol::`` and an indented block) become fenced
+  code blocks, and the paragraph loses its second colon.
 - Simple tables (columns under rows of ``=``) become Markdown tables,
   continuation lines joined into their row.
 - Numpydoc entries that document several parameters at once
@@ -91,15 +91,43 @@ def roles(text, obj):
     return ROLE.sub(link, text)
 
 
+def _indent(line):
+    return len(line) - len(line.lstrip(" "))
+
+
 def literal_blocks(text):
-    lines = []
-    for line in text.split("\n"):
-        if line.strip() == "::":
-            line = ""
-        elif line.rstrip().endswith("::"):
-            line = line.rstrip()[:-1]
-        lines.append(line)
-    return "\n".join(lines)
+    """``Protocol::`` and its indented block become ``Protocol:`` and a
+    fenced block, dedented to the paragraph's indentation: fenced, a
+    timeline's header over dashes (``learner`` over ``-------``) is not
+    read as a numpydoc section (griffe reads none inside a fence)."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.rstrip().endswith("::"):
+            out.append(line)
+            continue
+        out.append("" if line.strip() == "::" else line.rstrip()[:-1])
+        base = _indent(line)
+        j = i
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        if j == len(lines) or _indent(lines[j]) <= base:
+            continue  # no block follows
+        end = j
+        while end < len(lines) and (not lines[end].strip()
+                                    or _indent(lines[end]) > base):
+            end += 1
+        while not lines[end - 1].strip():
+            end -= 1
+        block = lines[j:end]
+        cut = min(_indent(b) for b in block if b.strip())
+        fence = " " * base + "```"
+        out.extend(["", fence + "text"]
+                   + [" " * base + b[cut:] if b.strip() else "" for b in block]
+                   + [fence])
+        i = end
+    return "\n".join(out)
 
 
 def _cells(line, starts):

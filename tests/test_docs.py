@@ -355,3 +355,61 @@ def test_the_site_serves_its_search_with_the_documented_command(site):
     locations = {doc["location"] for doc in index["docs"]}
     assert {"getting-started.html", "how-to/evaluation.html",
             "api/multi.html"} <= locations, sorted(locations)[:20]
+
+
+# the private modules that help() and the API pages named, for concepts
+# that have public homes (restarts, call_envs, resume)
+PRIVATE = re.compile(r"\b_(?:supervisor|control|resume)\b")
+
+
+def _public_docstrings():
+    """``{where: docstring}`` of the public modules, their public names
+    and those names' public attributes (what ``help()`` shows)."""
+    docs = {}
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        docs[module_name] = module.__doc__ or ""
+        for name in module.__all__:
+            obj = getattr(module, name)
+            docs[f"{module_name}.{name}"] = inspect.getdoc(obj) or ""
+            if inspect.isclass(obj):
+                for attr, member in inspect.getmembers(obj):
+                    if not attr.startswith("_") or attr == "__init__":
+                        docs[f"{module_name}.{name}.{attr}"] = \
+                            inspect.getdoc(member) or ""
+    return docs
+
+
+def test_help_names_no_private_module():
+    """help() of the public names (and so the API pages, from the same
+    docstrings) points at public homes, not at ``_supervisor``,
+    ``_control`` or ``_resume``."""
+    named = [where for where, doc in _public_docstrings().items()
+             if PRIVATE.search(doc)]
+    assert not named, named
+
+
+def test_the_timelines_are_code_not_titles(site):
+    """A timeline's header over dashes (``learner`` over ``-------``) is
+    code on the API pages, not the title of an admonition, as numpydoc
+    would read it outside a fence."""
+    for page in sorted((site / "api").glob("*.html")):
+        text = page.read_text()
+        assert '<summary><div class="highlight">' not in text, page.name
+        assert not re.search(r'<details class="-', text), page.name
+    single = (site / "api" / "single.html").read_text()
+    assert re.search(r"<code>learner +worker\n-------", single)
+
+
+def test_the_tutorials_are_titled_by_their_headings(site):
+    """The navigation names each notebook by its heading, code spans and
+    all (a title taken from the heading by mkdocs-jupyter lost them:
+    "...on Breakout with")."""
+    home = (site / "index.html").read_text()
+    shown = {" ".join(_text(title).split()) for title in re.findall(
+        r'<span class="md-ellipsis">(.*?)</span>', home, flags=re.S)}
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        first = json.loads(notebook.read_text())["cells"][0]["source"]
+        heading = "".join(first).split("\n")[0]
+        assert heading.startswith("# "), notebook.name
+        assert heading[2:].replace("`", "") in shown, notebook.name

@@ -22,8 +22,8 @@ A *request* is one call ``fill(params)`` of a worker; there are
     the learner's queue) ─► collating (inside next()) ─► a new request ...
 
 A worker runs its requests in order; each applies the ``call_envs`` calls
-that the request carries (those the worker was not sent yet, see
-:mod:`._control`), loads the parameters that the request carries (from the object store, only when their version is not
+that the request carries (those the worker was not sent yet; see
+``call_envs`` in :mod:`rlplay.engine.rollout`), loads the parameters that the request carries (from the object store, only when their version is not
 the one it holds), collects the next fragment into its buffer and returns
 it: Ray copies it into the object store (the learner reads it without a
 copy on the same node, after one transfer from another node).
@@ -91,7 +91,7 @@ its node; no news within the bound is a
 rollout (see :mod:`._states`): the actors are killed at once. An actor
 dies with its owner, the learner's Ray driver.
 
-Restarts (``restarts=N``), as in :mod:`._supervisor`: rlplay kills the
+Restarts (``restarts=N``), as for :mod:`.multi`: rlplay kills the
 failed actor and creates a new one (never Ray's ``max_restarts``, which
 would rerun the constructor with the same seeds and repeat its first
 fragments), of the next generation, which takes over the requests in

@@ -6,8 +6,8 @@ The learner makes a shared copy of the actor's parameters
 (:class:`SharedParams`) and starts the worker, which makes its own envs
 (seeded from the run's ``entropy`` at collector index
 :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`, apart from every rollout
-worker) and waits; it runs the worker loop of :mod:`._collector` under the
-:mod:`._supervisor`, as the rollout workers do. At most
+worker) and waits; it runs the worker loop of the rollout workers, under
+the same supervision (restarts included). At most
 one request is outstanding: submitted and not yet picked up::
 
     learner                                       worker
@@ -289,7 +289,8 @@ class Evaluator(Supervised, Breakable):
 
     def state_dict(self):
         """What rlplay owns of this evaluator, for ``resume=`` (see
-        :mod:`._resume`): the seeding tree's place, the generation, the
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, the generation, the
         counts and the parameter version (a continuation's versions go on
         from it; an outstanding request is not part of it: submit it
         again). Valid in any state (after ``close()`` too)."""
