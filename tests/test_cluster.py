@@ -288,7 +288,7 @@ def test_without_ray_calling_rollout_says_how_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=SCRIPT)
     assert out.returncode == 0, out.stderr
-    assert "pip install rlplay[cluster]" in out.stdout
+    assert "pip install -e 'path/to/rlplay[cluster]'" in out.stdout
 
 
 # -------------------------------------------------------------- two nodes --

@@ -1,6 +1,7 @@
 """Env control: calling a method of every env of an env batch, between
 fragments (what ``feed.call_envs(name, *args, **kwargs)`` of every
-generator does, in every worker: see :mod:`rlplay.engine.rollout._control`).
+generator does, in every worker: see ``call_envs`` in
+:mod:`rlplay.engine.rollout`).
 
 Where the method is looked up, by source:
 

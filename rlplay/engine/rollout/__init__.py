@@ -12,11 +12,8 @@ lists every keyword it takes, for ``inspect.signature`` and ``help()``,
 and its ``**kwargs`` are typed with ``Unpack`` of :class:`Keywords`,
 :class:`WorkerKeywords` or :class:`PoolKeywords` for IDEs); what they
 share lives in
-the underscored modules (:mod:`._base`, with :mod:`._states` and
-:mod:`._stats`; :mod:`._collector`, :mod:`._supervisor`, :mod:`._remote`,
-:mod:`._gather`, :mod:`._delivery`, :mod:`._buffers`, :mod:`._batch`,
-:mod:`._params`, :mod:`._restarts`, :mod:`._resume`; and, behind
-:mod:`.episodic`, :mod:`._episodes` and :mod:`._minari`).
+the package's underscored modules, which docs/concepts/code-layout.md
+maps.
 
 Every generator takes ``factory, actor, n_steps``, then its env counts,
 then these keywords (those it has: ``same`` has neither processes nor
@@ -98,11 +95,11 @@ keyword             default    meaning
                                call
 ``resume``          ``None``   a ``state_dict()`` of a generator of the
                                same kind and arguments: continue that run
-                               (:mod:`._resume`: ``meta.seq``, versions and
+                               (``meta.seq``, versions and
                                counters go on, envs are reset with seeds
                                of the resume's own branch); a state that
                                would shape the batch otherwise is refused
-``actor_device``    ``None``   where the actor runs (:mod:`._devices`):
+``actor_device``    ``None``   where the actor runs:
                                ``same``, where its parameters live (a
                                device given must be that one); the workers,
                                a copy on the CPU, or on this device (one
@@ -118,7 +115,7 @@ them) also have ``call_envs(name, *args, **kwargs)``: every env of every
 worker calls its method ``name`` at that worker's next fragment boundary,
 published with the parameters, stamped on every fragment as
 ``meta.control`` and applied again by replacements and resumed runs
-(:mod:`._control`).
+(docs/how-to/changing-envs.md).
 
 Timeouts and ``restart_delay`` are finite numbers of seconds (``None``
 drops a deadline); bad values are refused up front, naming the argument,

@@ -272,7 +272,8 @@ class EnvControl:
         sent before); every fragment says how many calls its envs had
         applied before it (``meta.control``), never changing within a
         fragment. Workers that start later (restarts, a resumed run)
-        apply every call before their first reset. See :mod:`._control`.
+        apply every call before their first reset. See
+        docs/how-to/changing-envs.md.
 
         Parameters
         ----------

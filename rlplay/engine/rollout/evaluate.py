@@ -9,8 +9,8 @@ is refused there), makes a shared copy of the actor's parameters
 (:class:`SharedParams`) and starts the worker, which makes its own envs
 (seeded from the run's ``entropy`` at collector index
 :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`, apart from every rollout
-worker) and waits; it runs the worker loop of :mod:`._collector` under the
-:mod:`._supervisor`, as the rollout workers do. At most
+worker) and waits; it runs the worker loop of the rollout workers, under
+the same supervision (restarts included). At most
 one request is outstanding: submitted and not yet picked up::
 
     learner                                       worker
@@ -212,7 +212,8 @@ class Evaluator(Supervised, Breakable):
         version (``version-000012.gif``; the :class:`Evaluation` says
         which). The envs are asked for ``render_mode="rgb_array"`` where
         the factory takes that keyword (``gymnasium.make`` does); otherwise
-        it must make them so. Needs ``pip install rlplay[video]``.
+        it must make them so. Needs the ``video`` extra (``pip install
+        -e 'path/to/rlplay[video]'``).
         ``None``: nothing is rendered. A directory that cannot be made
         or written to is refused up front (``ValueError``), and so are
         sources that cannot render one env (a vector env, a torch
@@ -308,7 +309,8 @@ class Evaluator(Supervised, Breakable):
 
     def state_dict(self):
         """What rlplay owns of this evaluator, for ``resume=`` (see
-        :mod:`._resume`): the seeding tree's place, the generation, the
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, the generation, the
         counts and the parameter version (a continuation's versions go on
         from it; an outstanding request is not part of it: submit it
         again). Valid in any state (after ``close()`` too)."""
