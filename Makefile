@@ -23,7 +23,7 @@ SETUP := setup.cfg pyproject.toml constraints.txt
 
 # the extras each stamp installs
 EXTRAS_demo := demo
-EXTRAS_test := test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,docs
+EXTRAS_test := test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,torch-envs,docs
 EXTRAS_release := release
 EXTRAS_docs := docs
 

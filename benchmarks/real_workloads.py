@@ -242,7 +242,8 @@ def run_sb3(factory, actor, n_steps, seconds, n_envs=N_REAL):
     try:
         from stable_baselines3.common.vec_env import SubprocVecEnv
     except ImportError:
-        return "Stable-Baselines3 is not installed (pip install rlplay[bench])"
+        return ("Stable-Baselines3 is not installed (pip install -e "
+                "'.[bench]' in rlplay's clone)")
     try:
         venv = SubprocVecEnv([factory] * n_envs)
     except Exception as exc:  # noqa: BLE001 - a note; the other rows run
@@ -291,7 +292,8 @@ def run_torchrl(factory, actor, n_steps, seconds, n_workers=N_ACTORS,
         from tensordict.nn import TensorDictModule
         from torchrl import collectors
     except ImportError:
-        return "TorchRL is not installed (pip install rlplay[bench])"
+        return ("TorchRL is not installed (pip install -e "
+                "'.[bench]' in rlplay's clone)")
     collector_class = getattr(collectors, "MultiSyncCollector", None) or \
         getattr(collectors, "MultiSyncDataCollector")
     policy = TensorDictModule(_Sample(actor), in_keys=["observation"],
@@ -403,7 +405,8 @@ def envpool_run(actor, n_steps, n_envs):
         try:
             make_envpool_pong(n_envs=1).close()
         except ImportError:
-            return "EnvPool is not installed (pip install rlplay[envpool])"
+            return ("EnvPool is not installed (pip install -e "
+                    "'.[envpool]' in rlplay's clone)")
         return rlplay_run(same, functools.partial(make_envpool_pong,
                                                   n_envs=n_envs),
                           actor, n_steps, n_envs)(seconds)

@@ -30,8 +30,8 @@ loop). Rows (``<library>/<operation>.<shape>``):
 Rows of a round are interleaved (every library, then the next operation);
 each prints its median and spread (min-max) over ``--rounds``, and the
 ratio over each peer per round (``x_torchrl``, ``x_sb3``). A row whose
-peer is not installed (``pip install rlplay[bench]``) is skipped with a
-note. Nothing here asserts a timing.
+peer is not installed (the ``bench`` extra, ``pip install -e '.[bench]'``
+in the clone) is skipped with a note. Nothing here asserts a timing.
 """
 import argparse
 import json

@@ -227,7 +227,8 @@ def vector_rows():
         try:
             make_envpool().close()
         except ImportError:
-            return "EnvPool is not installed (pip install rlplay[envpool])"
+            return ("EnvPool is not installed (pip install -e "
+                    "'.[envpool]' in rlplay's clone)")
         return gen(same, make_envpool, n_envs)(seconds)
 
     def row(name, run, ceiling):

@@ -6,10 +6,14 @@ which this rewrites into the Markdown that mkdocstrings renders.
   ``:mod:`._states```) become optional cross-references: a link where the
   target is documented, the name in code where it is not (a private
   module, the standard library), never a warning.
-- Literal blocks (``Protocol::`` and an indented block) keep the block,
-  which Markdown shows as code, and lose the second colon.
+- Literal blocks (``Protocol::`` and an indented block) become fenced
+  code blocks, and the paragraph loses its second colon.
 - Simple tables (columns under rows of ``=``) become Markdown tables,
   continuation lines joined into their row.
+- Numpydoc entries that document several parameters at once
+  (``capacity, device, pinned : ...``) become one entry per name, so that
+  each shows its own default (griffe looks up the first name's alone, and
+  showed the others as required).
 - A namedtuple documented by assignment (``Fragment.__doc__ = "..."``,
   which a static reading does not see) gets that docstring, and a
   module's constant the comment above it (``# seconds between two
@@ -18,6 +22,15 @@ which this rewrites into the Markdown that mkdocstrings renders.
 
 Only the docstrings are rewritten, and only in memory, when mkdocstrings
 loads the package.
+
+A second extension, :class:`SpelledOut`, does for the rendered signatures
+what ``rlplay.engine.rollout._base.spell_out`` does at run time for
+``inspect.signature`` and ``help()``: a generator annotates its shared
+keywords as ``**kwargs: Unpack[...]`` (one ``TypedDict``), which a static
+reading shows as such, with the keywords of its Parameters section listed
+as required; the module's ``spell_out(function, defined_by)`` call names
+where they are defined, with their defaults, and the signature shows them
+as keyword-only parameters there.
 """
 import ast
 import html
@@ -27,6 +40,10 @@ import griffe
 
 ROLE = re.compile(r":(?:py:)?(func|class|mod|meth|data|attr|exc|obj):"
                   r"`([^`]+)`")
+# a numpydoc entry of several names, with or without a type
+NAMES = re.compile(r"^(\w+(?:, \w+)+)((?: : .*)?)$")
+HEADER = re.compile(r"^-{3,}$")
+PARAMETER_SECTIONS = ("Parameters", "Other Parameters")
 BORDER = re.compile(r"^ *=+( +=+)+ *$")
 CONSTANT = re.compile(r"^[A-Z_][A-Z0-9_]* = ")
 
@@ -74,15 +91,43 @@ def roles(text, obj):
     return ROLE.sub(link, text)
 
 
+def _indent(line):
+    return len(line) - len(line.lstrip(" "))
+
+
 def literal_blocks(text):
-    lines = []
-    for line in text.split("\n"):
-        if line.strip() == "::":
-            line = ""
-        elif line.rstrip().endswith("::"):
-            line = line.rstrip()[:-1]
-        lines.append(line)
-    return "\n".join(lines)
+    """``Protocol::`` and its indented block become ``Protocol:`` and a
+    fenced block, dedented to the paragraph's indentation: fenced, a
+    timeline's header over dashes (``learner`` over ``-------``) is not
+    read as a numpydoc section (griffe reads none inside a fence)."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.rstrip().endswith("::"):
+            out.append(line)
+            continue
+        out.append("" if line.strip() == "::" else line.rstrip()[:-1])
+        base = _indent(line)
+        j = i
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        if j == len(lines) or _indent(lines[j]) <= base:
+            continue  # no block follows
+        end = j
+        while end < len(lines) and (not lines[end].strip()
+                                    or _indent(lines[end]) > base):
+            end += 1
+        while not lines[end - 1].strip():
+            end -= 1
+        block = lines[j:end]
+        cut = min(_indent(b) for b in block if b.strip())
+        fence = " " * base + "```"
+        out.extend(["", fence + "text"]
+                   + [" " * base + b[cut:] if b.strip() else "" for b in block]
+                   + [fence])
+        i = end
+    return "\n".join(out)
 
 
 def _cells(line, starts):
@@ -132,8 +177,38 @@ def tables(text):
     return "\n".join(out)
 
 
+def split_names(text):
+    """One entry per name in the Parameters sections: ``a, b : int`` and
+    its description become ``a : int`` and ``b : int``, each with the
+    description."""
+    lines, out, i, inside = text.split("\n"), [], 0, False
+    while i < len(lines):
+        line = lines[i]
+        if i + 1 < len(lines) and HEADER.match(lines[i + 1]) and line.strip():
+            inside = line.strip() in PARAMETER_SECTIONS
+            out.extend(lines[i:i + 2])
+            i += 2
+            continue
+        match = NAMES.match(line) if inside else None
+        if match is None:
+            out.append(line)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and (not lines[j].strip()
+                                  or lines[j].startswith(" ")):
+            j += 1
+        while j > i + 1 and not lines[j - 1].strip():
+            j -= 1  # blank lines after the entry stay after it
+        for name in match.group(1).split(", "):
+            out.append(name + match.group(2))
+            out.extend(lines[i + 1:j])
+        i = j
+    return "\n".join(out)
+
+
 def rewrite(text, obj):
-    return roles(tables(literal_blocks(text)), obj)
+    return roles(tables(literal_blocks(split_names(text))), obj)
 
 
 def _comment_above(lines, lineno):
@@ -201,3 +276,61 @@ class RstToMarkdown(griffe.Extension):
                     visit(member)
 
         visit(pkg)
+
+
+def _dotted(node):
+    """``a.b.c`` of a Name/Attribute expression, or ``None``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def _member(mod, dotted):
+    """The object that ``dotted`` names in module ``mod`` (aliases
+    followed)."""
+    obj = mod
+    for part in dotted.split("."):
+        obj = obj.members[part]
+        if obj.is_alias:
+            obj = obj.final_target
+    return obj
+
+
+class SpelledOut(griffe.Extension):
+    """Show a function's ``**kwargs`` as the keyword-only parameters of
+    the callable that a module-level ``spell_out(function, defined_by)``
+    names, with their defaults (as ``help()`` shows them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_module_members(self, *, node, mod, **kwargs):
+        if not isinstance(node, ast.Module):
+            return
+        for statement in node.body:
+            call = getattr(statement, "value", None)
+            if (isinstance(statement, ast.Expr) and isinstance(call, ast.Call)
+                    and _dotted(call.func) == "spell_out"
+                    and len(call.args) == 2):
+                names = [_dotted(arg) for arg in call.args]
+                if None not in names:
+                    self.calls.append((mod, *names))
+
+    def on_package(self, *, pkg, **kwargs):
+        calls, self.calls = self.calls, []
+        for mod, function, defined_by in calls:
+            function = _member(mod, function)
+            defined_by = _member(mod, defined_by)
+            own = [p for p in function.parameters
+                   if p.kind is not griffe.ParameterKind.var_keyword]
+            names = {p.name for p in own}
+            shared = [griffe.Parameter(p.name, annotation=p.annotation,
+                                       kind=p.kind, default=p.default)
+                      for p in defined_by.parameters
+                      if p.kind is griffe.ParameterKind.keyword_only
+                      and p.name not in names]
+            function.parameters = griffe.Parameters(*own, *shared)

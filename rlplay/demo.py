@@ -21,7 +21,8 @@ progress bar counts env steps against the step budget; a run that stops
 earlier ends its bar there, at 100%, saying why it stopped. Given
 ``--seed`` the run is reproducible, unless the time budget cuts it short.
 
-Given ``--logdir DIR`` (``pip install rlplay[tensorboard]``), the training
+Given ``--logdir DIR`` (the ``tensorboard`` extra: ``pip install -e
+'path/to/rlplay[tensorboard]'``), the training
 curves go to TensorBoard event files in ``DIR`` (``tensorboard --logdir
 DIR`` shows them), all at the env steps trained on so far:
 
@@ -151,7 +152,9 @@ def writer_opener(logdir, parser):
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
         parser.error(f"--logdir needs TensorBoard ({exc}): "
-                     f"pip install 'rlplay[tensorboard]'")
+                     f"pip install -e 'path/to/rlplay[tensorboard]' "
+                     f"(rlplay's clone with its tensorboard extra), or "
+                     f"pip install 'tensorboard>=2'")
     return SummaryWriter
 
 

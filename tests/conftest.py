@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import signal
 import sys
 import threading
 import time
@@ -8,7 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from procs import children  # noqa: E402
+from procs import children, descendants  # noqa: E402
+import ray_start  # noqa: E402
 
 # helper processes of multiprocessing itself that outlive a test by design
 _PERSISTENT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
@@ -24,6 +26,10 @@ RAY_OBJECT_STORE = 200 * 2**20
 # CPU for minutes while other work kept both cores busy, and the tests
 # check what is delivered, not how Ray shares a loaded machine
 os.environ.setdefault("RAY_worker_niceness", "0")
+# and waits for its GCS server's port as long as a loaded machine needs
+# (ray_start.py says why)
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s",
+                      str(ray_start.GCS_PORT_WAIT))
 _RAY_ROOTS = set()
 _RAY_IDLE = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
@@ -125,9 +131,31 @@ def ray_cluster():
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([path] if path
                                                          else []))
-    try:
+
+    def init():
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  object_store_memory=RAY_OBJECT_STORE, log_to_driver=False)
+
+    def clean_up():
+        # what a start that timed out left: its processes (the GCS server,
+        # the raylet and theirs), which this process started
+        ray.shutdown()
+        left = _direct_children(os.getpid()) - before
+        for pid in [*left, *(p for pid in left for p in descendants(pid))]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in left:
+            try:
+                os.waitpid(pid, 0)  # killed: ends at once
+            except ChildProcessError:
+                pass
+
+    try:
+        # once more where Ray's fixed 30 s for the raylet ran out on a
+        # loaded machine (ray_start.py)
+        ray_start.start(init, clean_up)
     finally:
         if path is None:
             del os.environ["PYTHONPATH"]

@@ -626,6 +626,19 @@ def late_vector(k=4, trunc_at=5):
     return LateVectorEnv(k, trunc_at)
 
 
+class EmptyVectorEnv(LateVectorEnv):
+    """A :class:`LateVectorEnv` of no envs (``num_envs=0``): a source of no
+    columns."""
+
+    def __init__(self):
+        from gymnasium.vector.utils import batch_space
+        super().__init__(1)
+        self.envs, self.num_envs, self.autoreset = [], 0, np.zeros(0, bool)
+        self.observation_space = batch_space(self.single_observation_space,
+                                             0)
+        self.action_space = batch_space(self.single_action_space, 0)
+
+
 # ------------------------------------------------------- whole episodes --
 
 class VaryingEnv(CountingEnv):
@@ -920,3 +933,62 @@ class AbsentAgentEnv(AgentsEnv):
 
 def absent_agent_factory():
     return AbsentAgentEnv()
+
+
+class LevelAgentsEnv(_ParallelBase):
+    """:class:`LevelEnv` as a PettingZoo parallel env of agents ``"a"``
+    and ``"b"``: each observes ``[level, t]``, gets its action as reward,
+    and both terminate every ``term_every`` steps (the env then resets);
+    ``set_level(k)`` changes the level at once (``k < 0`` raises
+    ``ValueError``), ``levels`` lists every level it was set to."""
+
+    metadata = {"name": "level_agents_v0"}
+    render_mode = None
+
+    def __init__(self, term_every=3):
+        self.possible_agents = ["a", "b"]
+        self._obs_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self._act_space = spaces.Discrete(5)
+        self.term_every, self.level, self.t, self.levels = term_every, 0, 0, []
+        self.agents = []
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def set_level(self, k):
+        if k < 0:
+            raise ValueError(f"no level {k}")
+        self.level = k
+        self.levels.append(k)
+
+    def _obs(self):
+        return {agent: np.array([self.level, self.t], np.float32)
+                for agent in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return self._obs(), {agent: {} for agent in self.agents}
+
+    def step(self, actions):
+        assert sorted(actions) == sorted(self.agents), actions
+        self.t += 1
+        ended = self.t % self.term_every == 0
+        obs = self._obs()
+        rew = {agent: float(actions[agent]) for agent in self.agents}
+        term = dict.fromkeys(self.agents, ended)
+        trunc = dict.fromkeys(self.agents, False)
+        infos = {agent: {} for agent in self.agents}
+        if ended:
+            self.agents = []
+        return obs, rew, term, trunc, infos
+
+
+class NoAgentsEnv(AgentsEnv):
+    """An AgentsEnv without any possible agent (a source of no columns)."""
+
+    def __init__(self):
+        super().__init__()
+        self.possible_agents = []

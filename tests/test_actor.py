@@ -552,3 +552,141 @@ def test_a_plain_gaussian_records_what_it_sampled():
 def test_squashed_normal_refuses_bad_bounds(low, high):
     with pytest.raises(ValueError, match="finite bounds with low < high"):
         squashed_normal(torch.zeros(1), torch.ones(1), low, high)
+
+
+def _squash_reference(x, mean, std, low, high):
+    """The joint log-density of ``low + (high - low) * (tanh(x) + 1) / 2``
+    for a draw ``x`` of ``Normal(mean, std)``, in float64 from the draw."""
+    x, mean, std = x.double(), mean.double(), std.double()
+    scale = (torch.tensor(high, dtype=torch.float64)
+             - torch.tensor(low, dtype=torch.float64)) / 2
+    logn = torch.distributions.Normal(mean, std).log_prob(x)
+    # log |d tanh / dx| = log(1 - tanh(x)^2), stably
+    log_det = 2 * (np.log(2.0) - x - nn.functional.softplus(-2 * x))
+    return (logn - log_det - scale.log()).sum(-1)
+
+
+@pytest.mark.parametrize("mean", [0.0, 1.5, 3.0, -4.0, 12.0, -20.0, 20.0])
+def test_squashed_normal_log_prob_of_its_sample_is_exact(mean):
+    """``log_prob`` of the value just sampled is that of the Gaussian draw
+    it came from (to float32 rounding), at moderate means and saturated
+    ones alike: never a NaN, never the imprecise ``atanh`` of a value
+    rounded near a bound."""
+    low, high = [-1.0, 0.2617, -3.0], [1.0, 4.9378, 0.5]
+    mean = torch.full((64, 3), mean)
+    std = torch.full((64, 3), 0.7)
+    dist = squashed_normal(mean, std, low, high)
+    torch.manual_seed(3)
+    draw = torch.distributions.Normal(mean, std).sample()
+    torch.manual_seed(3)
+    act = dist.sample()
+    logp = dist.log_prob(act)
+    assert bool(torch.isfinite(logp).all())
+    expected = _squash_reference(draw, mean, std, low, high)
+    torch.testing.assert_close(logp.double(), expected, rtol=1e-5,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("mean", [-20.0, -9.0, 9.0, 20.0, 100.0])
+def test_squashed_normal_saturated_samples_stay_strictly_inside(mean):
+    """A tanh rounded to +-1 (or the rounding of the shift and scale)
+    would put a sample on a bound or past it; every sample stays strictly
+    inside the box, over many boxes, and the greedy action too."""
+    gen = np.random.default_rng(0)
+    low = np.concatenate([[0.2617, -1.0, np.pi / 12, -0.4, 1e-3],
+                          gen.uniform(-5, 5, 59)]).astype(np.float32)
+    high = (low + np.concatenate([[4.9378 - 0.2617, 2.0, 3.1, 0.8, 7.0],
+                                  gen.uniform(1e-3, 9, 59)])
+            ).astype(np.float32)
+    mean, std = torch.full((32, 64), mean), torch.full((32, 64), 0.1)
+    dist = squashed_normal(mean, std, low, high)
+    act = dist.sample()
+    lo, hi = torch.from_numpy(low), torch.from_numpy(high)
+    assert bool(((act > lo) & (act < hi)).all())
+    assert bool(torch.isfinite(dist.log_prob(act)).all())
+    actor = PolicyActor(SaturatedPolicy(low, high, mean=float(mean[0, 0])))
+    for mode in (actor.train(), actor.eval()):
+        act, _, info = mode.step(*row(torch.zeros(1, 32, 3)), hx=(),
+                                 virtual=False)
+        assert bool(((act > lo) & (act < hi)).all())
+        assert bool(torch.isfinite(info["logp"]).all())
+
+
+class SaturatedPolicy(nn.Module):
+    """A Gaussian over a Box whose mean is far past the squash's range."""
+
+    def __init__(self, low, high, mean):
+        super().__init__()
+        self.low, self.high, self.mean = low, high, mean
+        self.log_std = nn.Parameter(torch.full((len(low),), -2.3))
+
+    def forward(self, obs):
+        mean = torch.full((*obs.shape[:-1], len(self.low)), self.mean)
+        return squashed_normal(mean, self.log_std.exp(), self.low,
+                               self.high)
+
+
+def test_a_saturated_squashed_gaussian_collects():
+    """A policy pinned at a bound collects: its actions lie inside the box
+    and its recorded ``logp`` is finite."""
+    low, high = [-1.0, 0.2617], [1.0, 4.9378]
+
+    def factory():
+        return SpacesEnv(gymnasium.spaces.Box(-5, 5, (3,), np.float32),
+                         gymnasium.spaces.Box(np.array(low, np.float32),
+                                              np.array(high, np.float32)),
+                         lambda ep, t: np.zeros(3, np.float32),
+                         term_every=5)
+
+    actor = PolicyActor(SaturatedPolicy(low, high, mean=20.0))
+    with same.rollout(factory, actor, 8, 2, entropy=0) as feed:
+        batch = next(feed)
+    act = batch.state.act[1:]
+    assert bool(((act > torch.tensor(low)) & (act < torch.tensor(high))
+                 ).all())
+    assert bool(torch.isfinite(batch.actor["logp"]).all())
+
+
+@pytest.mark.parametrize("mean, std, error, match", [
+    (torch.zeros(3, 2), torch.zeros(3, 2), ValueError, r"std > 0.*std=\[0"),
+    (torch.zeros(3, 2), -torch.ones(2), ValueError, r"std > 0.*std=\[-1"),
+    (torch.tensor([[float("nan"), 0.0]]), torch.ones(1, 2), ValueError,
+     r"finite mean.*mean=\[nan"),
+    (torch.tensor([[float("inf"), 0.0]]), torch.ones(1, 2), ValueError,
+     r"finite mean.*mean=\[inf"),
+    (torch.zeros(1, 2), torch.tensor([[float("inf"), 1.0]]), ValueError,
+     r"finite std.*std=\[inf"),
+    (torch.zeros(3, 2), torch.ones(3, 3), ValueError,
+     r"std of mean's shape \(3, 2\).*got std of shape \(3, 3\)"),
+    (torch.zeros(3, 3), torch.ones(3, 3), ValueError,
+     r"mean of shape \(\.\.\., 2\).*got mean of shape \(3, 3\)"),
+    ([0.0, 0.0], [1.0, 1.0], TypeError, r"mean as a floating tensor.*\[0"),
+    (torch.zeros(2), [1.0, 1.0], TypeError, r"std as a floating tensor"),
+    (torch.zeros(2, dtype=torch.long), torch.ones(2), TypeError,
+     r"mean as a floating tensor, got a torch.int64 tensor"),
+])
+def test_squashed_normal_refuses_bad_gaussians(mean, std, error, match):
+    with pytest.raises(error, match=match):
+        squashed_normal(mean, std, [-1.0, 0.0], [1.0, 4.0])
+
+
+def test_squashed_normal_refuses_bounds_of_other_shapes():
+    with pytest.raises(ValueError, match=r"one shape \(D,\).*\(2,\) and "
+                                         r"\(3,\)"):
+        squashed_normal(torch.zeros(2), torch.ones(2), [0.0, 0.0],
+                        [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("args, match", [
+    ((None,), r"policy must be a torch.nn.Module .*got NoneType None"),
+    ((lambda obs: obs,), r"policy must be a torch.nn.Module .*got function"),
+    ((nn.Linear(3, 2), "no"),
+     r"greedy_in_eval must be True or False, got str 'no'"),
+    ((nn.Linear(3, 2), None),
+     r"greedy_in_eval must be True or False, got NoneType None"),
+])
+def test_policy_actor_refuses_bad_arguments(args, match):
+    with pytest.raises(TypeError, match=match):
+        PolicyActor(*args)
+    assert PolicyActor(nn.Linear(3, 2), np.bool_(False)).greedy_in_eval \
+        is False

@@ -507,6 +507,9 @@ def test_a_count_that_is_no_multiple_of_the_agents_is_refused():
     with pytest.raises(ValueError, match=r"n_per_actor=5 is not a multiple"
                        r" of 3"):
         make("multi", agents_factory, CountingActor(), T, 5)
+    # the evaluator too, when it is made (not at its first result)
+    with pytest.raises(ValueError, match=r"n_envs=4 is not a multiple of 3"):
+        make("evaluator", agents_factory, CountingActor(), n_envs=4)
 
 
 def test_agents_of_different_spaces_are_refused_with_what_to_do():

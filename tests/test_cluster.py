@@ -24,6 +24,7 @@ from torch import nn
 
 ray = pytest.importorskip("ray")
 
+import ray_start  # noqa: E402
 from conftest import _ray_actors  # noqa: E402
 from envs import ENV_INFO, counting_factory, mixed_factory  # noqa: E402
 from generators import (CountingActor, assert_fragments_equal,  # noqa: E402
@@ -288,22 +289,40 @@ def test_without_ray_calling_rollout_says_how_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=SCRIPT)
     assert out.returncode == 0, out.stderr
-    assert "pip install rlplay[cluster]" in out.stdout
+    assert "pip install -e 'path/to/rlplay[cluster]'" in out.stdout
 
 
 # -------------------------------------------------------------- two nodes --
 
-# cluster_nodes.py's own deadline is CLUSTER_SCRIPT
-@pytest.mark.timeout(CLUSTER_SCRIPT + 2 * MARGIN)
+def run_cluster_nodes():
+    """cluster_nodes.py's output, run once more (with a warning naming why)
+    only where a node it started ran out of Ray's fixed 30 s for a raylet
+    to register (ray_start.py): beside other CPU-heavy work, ``ray start``
+    can lose that race; the script kills everything it started before it
+    exits, so a second run starts from nothing."""
+    for attempt in range(1, ray_start.START_TRIES + 1):
+        out = subprocess.run(
+            [sys.executable, os.path.join(HERE, "cluster_nodes.py")],
+            capture_output=True, text=True, timeout=CLUSTER_SCRIPT + MARGIN)
+        said = out.stdout + out.stderr
+        if (out.returncode == 0 or ray_start.STARTUP_TIMED_OUT not in said
+                or attempt == ray_start.START_TRIES):
+            return out
+        warnings.warn(ray_start.RayStartRetried(
+            f"a node of cluster_nodes.py did not start (try {attempt} of "
+            f"{ray_start.START_TRIES}); running the script again"))
+
+
+# cluster_nodes.py's own deadline is CLUSTER_SCRIPT, run at most twice
+@pytest.mark.timeout(ray_start.START_TRIES * (CLUSTER_SCRIPT + MARGIN)
+                     + MARGIN)
 def test_two_nodes_and_a_lost_node():
     """A head node and a second node (``ray start``) on this host, in a
     script of its own (its own Ray driver): the two workers run on distinct
     nodes; a third node joins and the second node's raylet is SIGKILLed;
     its worker is reported dead naming that node and, with ``restarts=1``,
     moves to the third."""
-    out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "cluster_nodes.py")],
-        capture_output=True, text=True, timeout=CLUSTER_SCRIPT + MARGIN)
+    out = run_cluster_nodes()
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     result = json.loads(line[-1][len("RESULT "):])

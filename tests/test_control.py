@@ -25,14 +25,15 @@ import torch
 from torch import nn
 
 from bounds import RAY_STEADY, START, STEADY
-from envs import LevelEnv, late_vector, level_vector
+from envs import LevelAgentsEnv, LevelEnv, late_vector, level_vector
 from generators import (RAY_STARTED_BOUND, CountingActor, fragments_of,
                         make, raises_within)
 from rlplay.engine import EnvCallError, PolicyActor, WorkerError
-from rlplay.engine.envs import EnvList, VectorSource
+from rlplay.engine.envs import EnvList, VectorSource, make_batch
 from rlplay.engine.rollout import episodic, same
 from rlplay.engine.workers._control import (MAX_CALL_BYTES, CallLog,
                                             CallMail)
+from rlplay.engine.seeds import env_seed_sequences
 
 T, B = 4, 2  # steps per fragment, envs per worker
 # the calls of a run: set_level(c), the c-th call, made after batch k
@@ -312,6 +313,48 @@ def test_the_env_adapter_calls_through_wrappers_and_vector_envs():
     with pytest.raises(EnvCallError, match=r"env columns 0..3 \(the native "
                                            r"env\) is a natively vectorized"):
         native.call("set_level", (1,), {})
+
+
+@pytest.mark.parametrize("kind", ["same", "single", "multi"])
+def test_a_pettingzoo_env_takes_the_calls_once_per_env(kind):
+    """Over PettingZoo parallel envs (two envs of two agents a worker),
+    ``set_level`` reaches each env's own method once per call, and every
+    agent's step of a fragment stamped with control ``c`` ran at level
+    ``c``."""
+    pytest.importorskip("pettingzoo")
+    args = {} if kind == "same" else dict(timeout=STEADY,
+                                          start_timeout=START)
+    feed = make(kind, LevelAgentsEnv, CountingActor(), T, 4, n_actors=1,
+                **args)
+    deadline = time.monotonic() + START
+    with feed:
+        next(feed)
+        assert feed.call_envs("set_level", 1) == 1
+        while True:
+            assert time.monotonic() < deadline, "the call never showed"
+            batch = next(feed)
+            if stepped_at(batch)[3] == 1:
+                break
+        batch = next(feed)
+        assert stepped_at(batch)[3] == 1
+        assert feed.call_envs("set_level", 2) == 2
+        while stepped_at(next(feed))[3] != 2:
+            assert time.monotonic() < deadline, "the call never showed"
+
+
+def test_the_env_adapter_calls_each_pettingzoo_env_once():
+    pytest.importorskip("pettingzoo")
+    envs = make_batch(LevelAgentsEnv, env_seed_sequences(0, 4, 0))
+    envs.call("set_level", (3,), {}, first=4)
+    assert [env.levels for env in envs.envs] == [[3], [3]]
+    with pytest.raises(EnvCallError, match=r"set_level\(-1\) of env "
+                       r"columns 4..5 \(.*LevelAgentsEnv.*\) raised "
+                       r"ValueError: no level -1") as info:
+        envs.call("set_level", (-1,), {}, first=4)
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(EnvCallError, match=r"env columns 4..5 \(.*"
+                       r"LevelAgentsEnv.*\) has no method 'set_levl'"):
+        envs.call("set_levl", (3,), {}, first=4)
 
 
 def test_the_learner_sends_new_calls_once_those_before_are_applied():

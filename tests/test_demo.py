@@ -91,4 +91,4 @@ def test_logdir_without_tensorboard_names_the_extra(monkeypatch, capsys):
         demo.main(["--generator", "same", "--logdir", "unused"])
     err = capsys.readouterr().err
     assert "--logdir needs TensorBoard" in err, err
-    assert "pip install 'rlplay[tensorboard]'" in err, err
+    assert "pip install -e 'path/to/rlplay[tensorboard]'" in err, err

@@ -169,6 +169,47 @@ def test_bad_actor_devices_are_refused_up_front():
             worker_devices("cuda", 1, start_method="fork")
 
 
+@pytest.mark.parametrize("kind", ["single", "multi", "evaluator"])
+@pytest.mark.parametrize("device", ["mps", "xla", "meta", "cpu", "mps:0"])
+def test_worker_devices_other_than_cpu_and_cuda_are_refused_up_front(
+        kind, device):
+    """A worker's copy of the actor runs on the CPU or CUDA: another
+    device type is refused when the generator is made, before a worker
+    starts (not by every worker at its first step)."""
+    from generators import make
+
+    from rlplay.engine.rollout import Evaluator
+    for value in (device, torch.device(device), [device] * (
+            2 if kind == "multi" else 1)):
+        if device == "cpu":
+            assert worker_devices(value, 1 + (kind == "multi")) == (
+                torch.device("cpu"),) * (1 + (kind == "multi"))
+            continue
+        with pytest.raises(ValueError, match=f"actor_device='{device}': a "
+                           f"worker runs its copy of the actor on 'cpu' or "
+                           f"on a 'cuda' device, not on "
+                           f"'{device.split(':')[0]}'"):
+            if kind == "evaluator":
+                Evaluator(CARTPOLE, Balancer(), actor_device=value)
+            else:
+                make(kind, CARTPOLE, Balancer(), T, B, actor_device=value)
+
+
+@pytest.mark.parametrize("name", ["copy", "pinned"])
+@pytest.mark.parametrize("value", ["no", None, 0, 1.0, "False"])
+@pytest.mark.parametrize("kind", ["same", "single", "multi"])
+def test_delivery_flags_must_be_bools(kind, name, value):
+    """``copy="no"`` would copy and ``copy=None`` hand out the reused
+    buffer: a value that is not a bool is refused, naming it."""
+    from generators import make
+    with pytest.raises(TypeError, match=f"{name} must be True or False, "
+                                        f"got {type(value).__name__} "
+                                        f"{value!r}"):
+        make(kind, CARTPOLE, Balancer(), T, B, **{name: value})
+    assert Delivery(copy=np.bool_(False), pinned=np.bool_(False)).copy \
+        is False
+
+
 def test_delivery_leaves_a_device_batch_where_it_is():
     """A batch on a device (here "meta": no memory, no CUDA needed) is
     delivered there, itself with ``copy=False``, a fresh copy there with

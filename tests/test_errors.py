@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from envs import (BadKeyEnv, BadRewardEnv, BadShapeEnv, CountingEnv,
-                  EpisodeInfoEnv, OldStepEnv, StructuredEnv, failing_factory)
+                  EmptyVectorEnv, EpisodeInfoEnv, NoAgentsEnv, OldStepEnv,
+                  StructuredEnv, failing_factory)
+from generators import CountingActor, make
 from rlplay.engine import BaseActorModule
 from rlplay.engine.core import evaluate, prepare
 from rlplay.engine.errors import WorkerError
@@ -426,6 +428,33 @@ def test_counts_must_be_ints(name, value, type_name):
                                         f"{type_name}"):
         rollout(factory, Actor(), **{name: value})
     assert made == []  # checked before any env is made
+
+
+@pytest.mark.parametrize("kind", ["same", "single", "multi", "evaluator"])
+@pytest.mark.parametrize("factory, what", [
+    (NoAgentsEnv, r"a PettingZoo env with no agents \(possible_agents "
+                  r"\[\]\)"),
+    (EmptyVectorEnv, r"a source of no envs \(EmptyVectorEnv with "
+                     r"num_envs=0\)")], ids=["no-agents", "no-envs"])
+def test_a_source_of_no_columns_is_refused_up_front(kind, factory, what):
+    """No count of such sources adds up: refused where sources are sized
+    (in the learner, before a worker starts), never a factory called
+    forever, a division by zero or a worker that waits out its time."""
+    if factory is NoAgentsEnv:
+        pytest.importorskip("pettingzoo")
+    name = "n_per_actor" if kind == "multi" else "n_envs"
+    made = []
+
+    def counted():
+        made.append(None)
+        return factory()
+
+    with pytest.raises(ValueError, match=f"factory .* made {what}: {name}=2 "
+                       f"columns need sources of at least one column each"):
+        with closing(make(kind, counted, CountingActor(), 4, 2,
+                          n_actors=1)) as feed:
+            next(iter(feed))
+    assert made == [None]
 
 
 def test_prepare_checks_counts():

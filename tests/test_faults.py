@@ -361,10 +361,11 @@ def test_consumer_breaks_out_and_drops(column):
 
 # ------------------------------------------------------------ one kind --
 
-@pytest.mark.parametrize("kind", ["single", "multi"])
+@pytest.mark.parametrize("kind", ["single", "multi", "evaluator"])
 def test_factory_fails_in_the_learner(kind):
     # the probe env is made here, so the error is the factory's own, as in
-    # same.rollout, and no worker is started
+    # same.rollout, and no worker is started (the evaluator sizes its
+    # sources with a probe too)
     with pytest.raises(RuntimeError, match="factory failed on purpose"):
         Column(kind, "fork").make(failing_factory)
 

@@ -73,7 +73,7 @@ def test_make_docs_installs_the_docs_extra_and_builds_strictly(tmp_path):
 
 
 def test_the_notebooks_extra_has_a_front_end():
-    """``pip install rlplay[notebooks]`` can open the notebooks
+    """The ``notebooks`` extra can open the notebooks
     (``jupyter lab notebooks/``), not only execute them."""
     assert any(req.startswith("jupyterlab") for req in _extras()["notebooks"])
 

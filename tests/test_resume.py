@@ -410,6 +410,9 @@ DAMAGED = [
      r"resume\['counters'\]\['steps'\] must be a finite number"),
     (("counters", "steps"), -1, ValueError,
      r"resume\['counters'\]\['steps'\] must be a finite number"),
+    (("layout",), None, ValueError,
+     r"resume\['layout'\] is None \(an evaluator's state.*resume it from "
+     r"a state of its own kind"),
 ]
 
 
@@ -444,3 +447,38 @@ def test_a_damaged_state_is_refused_before_any_worker_starts(kind):
                  resume=_damaged(state, path, value)) if kind != "evaluator" \
                 else make(kind, FACTORY, CountingActor(), n_envs=1,
                           n_episodes=1, resume=_damaged(state, path, value))
+
+
+@pytest.mark.parametrize("key, value, error, match", [
+    ("feed", _MISSING, ValueError, r"resume\['feed'\] is missing: an "
+                                   r"Episodic's state_dict\(\) holds it"),
+    ("feed", "x", TypeError, r"resume\['feed'\] must be the generator's "
+                             r"state_dict\(\) .*got 'x'"),
+    ("stats", "x", TypeError, r"resume\['stats'\] must be a dict of the "
+                              r"episode counters, got 'x'"),
+    ("stats", {"emitted": "6"}, TypeError,
+     r"resume\['stats'\]\['emitted'\] must be an int .*got '6'"),
+    ("stats", _MISSING, ValueError, r"resume\['stats'\] is missing"),
+    ("lanes", {"keys": [], "last": []}, TypeError,
+     r"resume\['lanes'\]\['counts'\] must be a dict, got None"),
+])
+def test_a_damaged_episodic_state_is_refused_naming_the_key(key, value,
+                                                            error, match):
+    actor = CountingActor()
+    feed = episodic.rollout(FACTORY, actor, B, 2, n_steps=T, entropy=0)
+    with closing(feed):
+        next(feed)
+        state = _roundtrip(feed.state_dict())
+    if value is _MISSING:
+        del state[key]
+    else:
+        state[key] = value
+    made = []
+
+    def factory():
+        made.append(None)
+        return FACTORY()
+
+    with pytest.raises(error, match=match):
+        episodic.rollout(factory, actor, B, 2, n_steps=T, resume=state)
+    assert made == []  # refused before any env was made

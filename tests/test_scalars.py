@@ -144,3 +144,42 @@ def test_nothing_is_written_when_an_argument_is_bad():
         log_stats(writer, {"a": 1.0, "r": np.ones(2)}, 0,
                   reduce={"all": np.sort})
     assert writer.calls == []
+
+
+
+def _cyclic(kind):
+    """Stats holding themselves, and the tag where the cycle closes."""
+    if kind == "dict":
+        stats = {"steps": 1, "inner": {}}
+        stats["inner"]["back"] = stats
+        return stats, "inner/back"
+    workers = [{"n": 1}]
+    workers.append(workers)
+    return {"workers": workers}, "workers/1"
+
+
+def _tag_made_twice(tag):
+    return f"two entries of stats make the tag '{tag}' .*rename one"
+
+
+@pytest.mark.parametrize("stats, pattern", [
+    (_cyclic("dict")[0], "container inside itself, at 'inner/back': a "
+                         "cycle"),
+    (_cyclic("list")[0], "container inside itself, at 'workers/1': a "
+                         "cycle"),
+    ({"count": 10**400}, r"the number at 'count' is too large for a float "
+                         r".*: 10000000000000000000\.\.\. with 401 digits"),
+    ({"a/b": 1, "a": {"b": 2}}, _tag_made_twice("a/b")),
+    ({"a": {"b": 2}, "a/b": 1}, _tag_made_twice("a/b")),
+    ({"returns": np.ones(2), "returns/mean": 3.0},
+     _tag_made_twice("returns/mean")),
+], ids=["dict-cycle", "list-cycle", "huge-int", "slash-key-first",
+        "slash-key-last", "reduction-and-key"])
+def test_stats_without_flat_tags_are_refused_naming_where(stats, pattern):
+    """A cycle (no RecursionError), a number too large for a float (no
+    OverflowError) and two entries of one tag (never a value dropped in
+    silence) are refused, naming the tag; nothing is written."""
+    writer = FakeWriter()
+    with pytest.raises(ValueError, match=pattern):
+        log_stats(writer, stats, 0)
+    assert writer.calls == []

@@ -27,13 +27,15 @@ from gymnasium.vector import AutoresetMode
 
 from cartpoles import (Balancer, counting, sync_reference, torch_cartpole,
                        vector_reference)
-from generators import assert_fragments_equal, without_version
-from rlplay.engine import Replay, RunningNorm, acted, episode_stats
+from generators import CountingActor, assert_fragments_equal, without_version
+from rlplay.engine import (BaseActorModule, Replay, RunningNorm, acted,
+                           episode_stats)
 from rlplay.engine.core import episode_edges
 from rlplay.engine.envs import TorchSource
 from rlplay.engine.nested import suply
 from rlplay.engine.returns import gae
 from rlplay.engine.rollout import episodic, multi, same, single
+from rlplay.engine.seeds import env_seed_sequences, reset_seed, shared_seed
 from rlplay.envs import TorchCartPole
 
 from bounds import STEADY, START  # the reasons in bounds.py
@@ -200,8 +202,21 @@ def test_bad_counts_and_sticky_are_refused():
     with pytest.raises(ValueError, match="sticky=True .* a torch-native "
                                          "source"):
         same.rollout(factory, Balancer(), T, 4, sticky=True)
-    with pytest.raises(ValueError, match="autoreset_mode must be"):
-        TorchCartPole(2, autoreset_mode="later")
+    for mode in ("later", "", 3, None):
+        with pytest.raises(ValueError, match=f"autoreset_mode must be one "
+                           f"of .*got {mode!r}"):
+            TorchCartPole(2, autoreset_mode=mode)
+    for mode in ("same_step", "SameStep", "SAME_STEP",
+                 AutoresetMode.SAME_STEP):
+        assert TorchCartPole(2, autoreset_mode=mode).mode is \
+            AutoresetMode.SAME_STEP
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="device='cuda' needs CUDA, "
+                           "but torch.cuda.is_available.. is False"):
+            TorchCartPole(4, device="cuda")
+    with pytest.raises(RuntimeError, match="device='meta' cannot hold the "
+                       "env's tensors and generator on this machine: "):
+        TorchCartPole(4, device="meta")
     with pytest.raises(TypeError, match="num_envs must be an int"):
         TorchCartPole(2.0)
 
@@ -274,3 +289,127 @@ def test_call_envs_reaches_a_torch_source_between_fragments():
     assert torch.all(first.meta.control == 0)
     assert torch.all(second.meta.control == 1)
     assert torch.all(second.meta.agent == 0)
+
+
+# -------------------------------------------- one seed for all its envs --
+
+class Torchify(gymnasium.vector.VectorWrapper):
+    """A numpy vector env as a torch source on the CPU (its ``device``
+    says so): its outputs as tensors, the actions back to numpy, no info;
+    what Gymnasium's ``NumpyToTorch`` does, without ``array_api_compat``."""
+
+    device = torch.device("cpu")
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = self.env.reset(seed=seed, options=options)
+        return torch.as_tensor(obs), {}
+
+    def step(self, actions):
+        obs, rew, terminated, truncated, _ = self.env.step(actions.numpy())
+        return (torch.as_tensor(obs), torch.as_tensor(rew),
+                torch.as_tensor(terminated), torch.as_tensor(truncated), {})
+
+
+def _logs_seed(cls):
+    """``cls`` (a vector env taking one seed for all its envs) that logs
+    each reset's seed into ``log`` and refuses, as ALE's
+    ``AtariVectorEnv``, a seed whose envs' seeds ``seed + j`` leave
+    int32."""
+
+    class Logged(cls):
+        def __init__(self, *args, log, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.log = log
+
+        def reset(self, *, seed=None, options=None):
+            if seed is not None and seed + self.num_envs > 2**31:
+                raise TypeError(f"reset(): incompatible seed {seed}")
+            self.log.append(seed)
+            return super().reset(seed=seed, options=options)
+
+    Logged.__name__ = f"Logged{cls.__name__}"
+    return Logged
+
+
+def test_a_torch_source_taking_one_seed_gets_the_numpy_sources_seed():
+    """A source that seeds all its envs from one seed gets the first
+    column's seed reduced modulo ``2**31 - num_envs``, torch or numpy
+    alike (a larger one overflows ALE's int32 seeds): the same seed for
+    the same entropy, whatever the kind of source."""
+    from envs import LateVectorEnv
+    torch_kind, numpy_kind = _logs_seed(TorchCartPole), \
+        _logs_seed(LateVectorEnv)
+    raw, seen = [], {"torch": [], "numpy": []}
+
+    def factory(kind, seed):
+        if kind == "torch":
+            raw.append(seed)  # the first column's seed, as it is
+            return torch_kind(3, log=seen[kind])
+        return numpy_kind(3, log=seen[kind])
+
+    actors = {"torch": Balancer(), "numpy": CountingActor()}
+    for entropy in range(8):
+        for kind in seen:
+            with same.rollout(functools.partial(factory, kind),
+                              actors[kind], 2, 3, entropy=entropy) as feed:
+                next(feed)
+    assert max(raw) >= 2**31 - 3  # unreduced, half of them overflow
+    assert seen["torch"] == seen["numpy"] == [
+        shared_seed(seed, 3) for seed in raw]
+
+
+def one_seed_cartpole(wrapped):
+    env = gymnasium.make_vec("CartPole-v1", B, max_episode_steps=10,
+                             vectorization_mode="vector_entry_point")
+    return Torchify(env) if wrapped else env
+
+
+def past_int32(n_envs):
+    """The first entropy whose first column's reset seed (collector 0) is
+    at least ``2**31``."""
+    return next(e for e in range(64) if reset_seed(
+        env_seed_sequences(e, n_envs, 0)[0]) >= 2**31)
+
+
+def collected(factory, actor, n_steps, n_envs, entropy, n):
+    with same.rollout(factory, actor, n_steps, n_envs,
+                      entropy=entropy) as feed:
+        return [suply(torch.clone, b) for b in itertools.islice(feed, n)]
+
+
+def test_a_wrapped_native_env_gives_the_data_of_the_env_itself():
+    """Over an entropy whose first seed is past ``2**31``, a native
+    vector env converted to torch gives the fragments of the env itself."""
+    got, want = (collected(functools.partial(one_seed_cartpole, wrapped),
+                           Balancer(), T, B, past_int32(B), 3)
+                 for wrapped in (True, False))
+    for g, w in zip(got, want):
+        assert_fragments_equal(g, w)
+
+
+def ale_pong(wrapped):
+    ale_py = pytest.importorskip("ale_py")
+    gymnasium.register_envs(ale_py)
+    env = gymnasium.make_vec("ALE/Pong-v5", 2,
+                             vectorization_mode="vector_entry_point")
+    return Torchify(env) if wrapped else env
+
+
+class PongActor(BaseActorModule):
+    """Action ``stepno % 6`` of Pong's six."""
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return stepno % 6, (), {}
+
+    def reset(self, hx, at):
+        return ()
+
+
+def test_ales_vector_env_as_a_torch_source_resets_for_every_entropy():
+    """ALE's ``AtariVectorEnv`` converted to torch: no ``TypeError`` in its
+    ``reset`` where the first seed is past ``2**31`` (about half the
+    entropies), and the data of the env itself."""
+    got, want = (collected(functools.partial(ale_pong, wrapped),
+                           PongActor(), 4, 2, past_int32(2), 1)
+                 for wrapped in (True, False))
+    assert_fragments_equal(got[0], want[0])

@@ -29,6 +29,7 @@ from rlplay.engine import acted, episode_stats
 from rlplay.engine.core import episode_edges
 from rlplay.engine.nested import suply
 from rlplay.engine.returns import gae, returns
+from rlplay.engine.seeds import env_seed_sequences, reset_seed, shared_seed
 from rlplay.engine.rollout import Evaluator, multi, same, single
 
 from bounds import STEADY as BOUND, START  # the reasons in bounds.py
@@ -551,8 +552,24 @@ def test_envpool_without_a_seed_is_refused():
     envpool = pytest.importorskip("envpool")
     factory = functools.partial(envpool.make_gymnasium, "CartPole-v1",
                                 num_envs=4)
-    with pytest.raises(ValueError, match="EnvPool env without a seed"):
+    with pytest.raises(ValueError, match="EnvPool env without a seed") \
+            as info:
         same.rollout(factory, CountingActorCartPole(), T, 4)
+    # the advice holds for every seed rlplay gives a factory (reset seeds
+    # reach 2**32 - 1; EnvPool takes int32 seeds for all its envs)
+    assert "seed=shared_seed(seed, k)" in str(info.value)
+
+    def advised(seed):
+        return envpool.make_gymnasium("CartPole-v1", num_envs=4,
+                                      seed=shared_seed(seed, 4))
+
+    seeds = [reset_seed(env_seed_sequences(entropy, 1, 0)[0])
+             for entropy in range(8)]
+    assert max(seeds) >= 2**31  # what EnvPool refuses as it is
+    for entropy in range(8):
+        with same.rollout(advised, CountingActorCartPole(), T, 4,
+                          entropy=entropy) as feed:
+            next(feed)
 
 
 # ---------------------------------------------------------- cpu_affinity --

@@ -124,3 +124,28 @@ def test_a_directory_that_cannot_be_written_is_refused_up_front(tmp_path):
             make("evaluator", render_factory, CountingActor(), record=record,
                  restarts=1)
     assert not list(tmp_path.glob("**/tmp*"))
+
+
+@pytest.mark.parametrize("source", ["torch", "vector"])
+def test_a_source_that_cannot_render_one_env_is_refused_up_front(
+        source, tmp_path):
+    """A torch source or a vector env renders all its envs at once: the
+    evaluator refuses to record them when it is made, not at its first
+    result."""
+    from gymnasium.vector import SyncVectorEnv
+
+    from rlplay.envs import TorchCartPole
+    from torch import nn
+
+    from rlplay.engine import PolicyActor
+    if source == "torch":
+        factory, name = functools.partial(TorchCartPole, 2), "TorchCartPole"
+    else:
+        factory = functools.partial(SyncVectorEnv, [RenderEnv] * 2)
+        name = "SyncVectorEnv"
+    with pytest.raises(TypeError, match=f"record=.* renders env 0's frames, "
+                       f"but the {name} made by factory .* cannot render "
+                       f"one env column: recording needs single envs"):
+        make("evaluator", factory, PolicyActor(nn.Linear(4, 2))
+             if source == "torch" else CountingActor(), n_envs=2,
+             record=tmp_path)

@@ -11,7 +11,7 @@ from .nested import (StructureError, check_structure, flatten, getitem,
                      setitem, suply, tuply)
 from .consumers import (PrioritizedReplay, Replay, RunningNorm, Sequences,
                         Transitions)
-from .returns import frozen, gae, n_step, returns
+from .returns import VTrace, frozen, gae, n_step, returns, vtrace
 from .scalars import flat_scalars, log_stats
 from .shared import Aliased, aliased, numpify, torchify
 
@@ -28,7 +28,7 @@ __all__ = [
     "suply", "tuply",
     "RunningNorm",
     "PrioritizedReplay", "Replay", "Sequences", "Transitions",
-    "frozen", "gae", "n_step", "returns",
+    "VTrace", "frozen", "gae", "n_step", "returns", "vtrace",
     "flat_scalars", "log_stats",
     "Aliased", "aliased", "numpify", "torchify",
 ]

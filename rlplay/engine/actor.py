@@ -33,6 +33,7 @@ an actor at all.
 """
 import inspect
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -295,6 +296,12 @@ class PolicyActor(FeedForwardActor):
         In eval mode (``actor.eval()``) take the most likely action instead
         of sampling.
 
+    Raises
+    ------
+    TypeError
+        ``policy`` not a ``torch.nn.Module``, ``greedy_in_eval`` not a
+        bool.
+
     Notes
     -----
     A :class:`FeedForwardActor`: the policy (and :meth:`forward`) gets one
@@ -347,6 +354,15 @@ class PolicyActor(FeedForwardActor):
 
     def __init__(self, policy, greedy_in_eval=True):
         super().__init__()
+        if not isinstance(policy, nn.Module):
+            raise TypeError(f"policy must be a torch.nn.Module (of "
+                            f"observations to logits or a distribution), "
+                            f"got {type(policy).__name__} {policy!r}")
+        if not isinstance(greedy_in_eval, (bool, np.bool_)):
+            raise TypeError(f"greedy_in_eval must be True or False, got "
+                            f"{type(greedy_in_eval).__name__} "
+                            f"{greedy_in_eval!r}")
+        greedy_in_eval = bool(greedy_in_eval)
         self.policy = policy
         self.greedy_in_eval = greedy_in_eval
 

@@ -12,8 +12,9 @@ keyword of the generators, checked up front, before anything starts
   without parameters runs there).
 - The workers of ``single``, ``multi`` and ``cluster`` run copies of the
   actor, on the CPU by default; ``actor_device`` puts each copy on a
-  device: one for every worker (shared by them), or a list of one per
-  worker. A CUDA device is refused where CUDA is absent, under the
+  device (the CPU or a CUDA device; another type is refused up front):
+  one for every worker (shared by them), or a list of one per worker. A
+  CUDA device is refused where CUDA is absent, under the
   ``fork`` start method (a forked child cannot initialise CUDA once its
   parent did, and the learner does: torch raises "Cannot re-initialize
   CUDA in forked subprocess"), and on a Ray cluster whose workers ask
@@ -135,9 +136,19 @@ def same_device(actor, actor_device):
     return device
 
 
+# the device types a worker's copy of the actor runs on: the workers move
+# rows and parameters between the host and CUDA only
+WORKER_DEVICE_TYPES = ("cpu", "cuda")
+
+
 def _parse(device):
-    return as_device(device, "actor_device",
-                     alternative=", or a list of one per worker")
+    device = as_device(device, "actor_device",
+                       alternative=", or a list of one per worker")
+    if device.type not in WORKER_DEVICE_TYPES:
+        raise ValueError(f"actor_device={str(device)!r}: a worker runs its "
+                         f"copy of the actor on 'cpu' or on a 'cuda' "
+                         f"device, not on {device.type!r}")
+    return device
 
 
 def worker_devices(actor_device, n_workers, *, start_method=None,
@@ -159,8 +170,9 @@ def worker_devices(actor_device, n_workers, *, start_method=None,
     Raises
     ------
     TypeError, ValueError
-        Not a device or a list of ``n_workers`` devices; a CUDA device
-        under ``fork``, or for Ray workers that ask for no GPU.
+        Not a device or a list of ``n_workers`` devices; a device neither
+        the CPU nor CUDA (``'mps'``, ``'meta'``, ...); a CUDA device under
+        ``fork``, or for Ray workers that ask for no GPU.
     RuntimeError
         A CUDA device for processes on this machine, where CUDA is absent.
     """

@@ -23,13 +23,21 @@ action led to are defined once, by :func:`rlplay.engine.core.acted` (``mask
 = ~acted(fragment)``, for any fragment); :func:`frozen` finds the same rows
 of a sticky fragment from ``fin`` alone. Leave the same rows out of a loss,
 e.g. with ``live = acted(fragment)[1:]``, shape ``(T, B)``.
+
+Off-policy fragments: :func:`vtrace` corrects the targets of fragments
+collected by older parameters (the lag of ``meta.version``) with clipped
+importance weights, on the same rows and with the same cuts, bootstraps
+and mask as :func:`gae`.
 """
+from collections import namedtuple
+
 import numpy as np
 import torch
 
 from .core.layout import terminated
 
-__all__ = ["returns", "gae", "n_step", "terminated", "frozen"]
+__all__ = ["returns", "gae", "n_step", "terminated", "frozen", "VTrace",
+           "vtrace"]
 
 
 def frozen(fin):
@@ -253,3 +261,190 @@ def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam,
             ended[t], torch.zeros_like(acc), acc)
         adv[t] = acc
     return _apply_mask(adv, mask, fin)
+
+
+VTrace = namedtuple("VTrace", "vs advantages rho c")
+VTrace.__doc__ = """The V-trace results of :func:`vtrace`, four tensors of
+shape ``(T, B)`` indexed by the row of the action, ``t = 0 .. T-1``, each 0
+wherever ``mask[t+1]``:
+
+- ``vs``: the V-trace targets ``v_t`` of ``value[t]`` (a value loss
+  regresses ``value[:-1]`` on them);
+- ``advantages``: the policy-gradient advantages ``rho[t] * (rew[t+1] +
+  gamma * v_{t+1} - value[t])``, ``v_{t+1}`` the target of the next
+  observation (see :func:`vtrace`);
+- ``rho``: the clipped importance weights ``min(rho_bar, pi / mu)`` of the
+  actions;
+- ``c``: the trace coefficients ``lam * min(c_bar, pi / mu)``.
+"""
+
+
+def _logp_rows(logp, name, rew):
+    """The rows ``0 .. T-1`` of a log-probability tensor given with
+    ``1 + T`` rows (an actor's info) or ``T`` rows; ``(T, B)``."""
+    if not isinstance(logp, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got "
+                        f"{type(logp).__name__}")
+    T1, B = rew.shape[0], tuple(rew.shape[1:])
+    if tuple(logp.shape[1:]) != B or logp.shape[0] not in (T1, T1 - 1):
+        raise ValueError(
+            f"{name} must be of shape (1 + T, B) = {(T1, *B)} or (T, B) = "
+            f"{(T1 - 1, *B)}: one log-probability per action (sum the "
+            f"log-probabilities of an action's dimensions), got "
+            f"{tuple(logp.shape)}")
+    return logp[:T1 - 1]
+
+
+def _check_vtrace(gamma, lam, rho_bar, c_bar):
+    """Raise ValueError for a discount, lambda or threshold out of its
+    range."""
+    for name, x in (("gamma", gamma), ("lam", lam)):
+        if not 0 <= float(x) <= 1:
+            raise ValueError(f"{name} must be in [0, 1], got {x!r}")
+    for name, x in (("rho_bar", rho_bar), ("c_bar", c_bar)):
+        if not float(x) > 0:  # NaN fails too
+            raise ValueError(f"{name} must be positive (math.inf: no "
+                             f"clipping), got {x!r}")
+
+
+def vtrace(rew, fin, truncated, value, value_final=None, *, target_logp,
+           behaviour_logp, gamma, lam=1.0, rho_bar=1.0, c_bar=1.0,
+           mask=None):
+    """V-trace targets and advantages of the actions in rows ``0..T-1``
+    (IMPALA, Espeholt et al. 2018), for fragments collected by parameters
+    older than the ones trained.
+
+    Parameters
+    ----------
+    rew, fin, truncated, value, value_final, gamma, mask
+        As in :func:`returns`: rows ``0 .. T``, shape ``(1 + T, B)``.
+    target_logp : tensor, shape = (1 + T, B) or (T, B)
+        Row ``t``: ``log pi(a_t | x_t)``, the log-probability of the action
+        chosen in row ``t`` (recorded in ``state.act[t + 1]``) under the
+        policy being trained, e.g.
+        ``dist.log_prob(batch.state.act[1:])`` of the policy's distribution
+        at ``batch.state.obs[:-1]``. A row ``T`` is ignored.
+    behaviour_logp : tensor, shape = (1 + T, B) or (T, B)
+        Row ``t``: ``log mu(a_t | x_t)``, the same action's log-probability
+        under the policy that acted: what the actor recorded,
+        ``batch.actor["logp"]`` (its row ``T``, from the lookahead, is
+        ignored).
+    lam : float
+        The lambda of the traces, ``c[t] = lam * min(c_bar, pi / mu)``;
+        1 (IMPALA's V-trace) by default.
+    rho_bar, c_bar : float
+        The clipping thresholds of the importance weights (IMPALA's
+        defaults 1); ``math.inf`` does not clip.
+
+    Returns
+    -------
+    VTrace
+        ``(vs, advantages, rho, c)``, each of shape ``(T, B)``, 0 wherever
+        ``mask[t+1]``; with the log-probabilities detached: no gradient
+        flows through them (the targets and advantages are constants of
+        the losses, as in IMPALA).
+
+    Raises
+    ------
+    TypeError
+        A log-probability is not a tensor.
+    ValueError
+        A log-probability is not shaped as the rows of ``rew`` (one per
+        action), ``gamma`` or ``lam`` is outside ``[0, 1]``, ``rho_bar`` or
+        ``c_bar`` is not positive, ``mask`` is not shaped as ``fin``, or the
+        fragment has truncations and no ``value_final``.
+
+    Notes
+    -----
+    With ``ratio[t] = exp(target_logp[t] - behaviour_logp[t])``, ``rho[t] =
+    min(rho_bar, ratio[t])``, ``c[t] = lam * min(c_bar, ratio[t])`` and
+    ``boot[t+1]`` the value after the transition into row ``t + 1``
+    (``value[t+1]``; ``value_final[t+1]`` at a truncation; 0 at a
+    termination), the target of ``value[t]`` is the paper's
+
+    ``v_t = value[t] + sum_{k=t}^{e} gamma^(k-t) (c[t] ... c[k-1]) rho[k]
+    (rew[k+1] + gamma * boot[k+1] - value[k])``,
+
+    the sum cut, as :func:`gae`'s, at the first episode end ``fin[e+1]``
+    from row ``t + 1`` on, or at ``e = T - 1``. The target of the next
+    observation in ``advantages`` is ``v_{t+1}`` within an episode,
+    ``value[T]`` at row ``T``, and ``boot[t+1]`` after an episode end (the
+    true final observation's value at a truncation, 0 at a termination).
+    Computed backwards, a loop over time only, on the tensors' device.
+
+    On-policy (``target_logp == behaviour_logp``) with ``rho_bar, c_bar >=
+    1`` every ratio is 1: ``vs`` are the lambda-returns, ``gae(...) +
+    value[:-1]``, and ``advantages[t] = delta[t] + gamma * adv[t+1]``
+    (``adv`` of :func:`gae`, cut at an episode end), which with ``lam = 1``
+    is :func:`gae`'s advantage and ``vs`` the full :func:`returns`.
+
+    Rows that no executed action led to (``mask = ~acted(fragment)``: the
+    frozen rows of a sticky fragment, lost calls, an absent agent's rows)
+    have ``rho = c = 0`` and all four results 0; such a row always ends an
+    episode (``fin``), so the sums of the other rows never reach it, and a
+    log-probability there (even ``-inf``) changes nothing.
+
+    The lag. A fragment's rows ``0 .. T-1`` were all acted by the
+    parameters of its ``meta.version`` (per column, ``(B,)``), which the
+    recorded ``behaviour_logp`` carries; ``target_logp`` comes from the
+    parameters being trained, ``lag`` versions later. The ratios correct
+    each column for its own lag, whatever it is: ``same`` with
+    parameters unchanged since the batch (lag 0, before any optimiser step
+    on it) gives ratios of 1 and the lambda-returns above; ``single`` lags
+    exactly one version, ``multi`` and ``cluster`` mix columns of different
+    lags (at most ``max_lag``) in one batch, and the recursion never mixes
+    columns. The lag enters nowhere else: it bounds how far the ratios
+    drift from 1, so how much ``rho_bar`` and ``c_bar`` clip.
+
+    Examples
+    --------
+    One env, an episode that terminates at row 2, the target policy twice
+    as likely as the behaviour to take the first action, half as likely
+    to take the second:
+
+    >>> rew = torch.tensor([[0.0], [1.0], [1.0], [1.0]])
+    >>> fin = torch.tensor([[True], [False], [True], [False]])
+    >>> no = torch.zeros_like(fin)
+    >>> value = torch.full((4, 1), 0.5)
+    >>> behaviour = torch.log(torch.tensor([[0.25], [0.5], [0.5]]))
+    >>> target = torch.log(torch.tensor([[0.5], [0.25], [0.5]]))
+    >>> out = vtrace(rew, fin, no, value, target_logp=target,
+    ...              behaviour_logp=behaviour, gamma=0.5)
+    >>> out.rho.T, out.c.T
+    (tensor([[1.0000, 0.5000, 1.0000]]), tensor([[1.0000, 0.5000, 1.0000]]))
+    >>> out.vs.T
+    tensor([[1.3750, 0.7500, 1.2500]])
+    >>> out.advantages.T
+    tensor([[0.8750, 0.2500, 0.7500]])
+    """
+    T = rew.shape[0] - 1
+    target = _logp_rows(target_logp, "target_logp", rew)
+    behaviour = _logp_rows(behaviour_logp, "behaviour_logp", rew)
+    _check_vtrace(gamma, lam, rho_bar, c_bar)
+    with torch.no_grad():
+        ratio = torch.exp(target.detach() - behaviour.detach())
+        rho = ratio.clamp(max=rho_bar)
+        c = lam * ratio.clamp(max=c_bar)
+        # a row no executed action led to weighs nothing (masked_fill also
+        # replaces the NaN of a -inf - -inf ratio there)
+        rho = _apply_mask(rho, mask, fin)
+        c = _apply_mask(c, mask, fin)
+        boot = _bootstrap(fin, truncated, value, value_final)
+        ended = fin[1:]
+        delta = rho * (rew[1:] + gamma * boot - value[:-1])
+        # corr[t] = v_t - value[t]; after[t] = v_{t+1} - boot[t+1]: the
+        # correction of the next observation's target, 0 past an episode
+        # end and at row T
+        corr = torch.empty_like(delta)
+        after = torch.empty_like(delta)
+        acc = torch.zeros_like(delta[0])
+        for t in range(T - 1, -1, -1):
+            acc = torch.where(ended[t], torch.zeros_like(acc), acc)
+            after[t] = acc
+            acc = delta[t] + gamma * c[t] * acc
+            corr[t] = acc
+        vs = value[:-1] + corr
+        advantages = rho * (rew[1:] + gamma * (boot + after) - value[:-1])
+        return VTrace(vs=_apply_mask(vs, mask, fin),
+                      advantages=_apply_mask(advantages, mask, fin),
+                      rho=rho, c=c)

@@ -74,6 +74,10 @@ def flat_scalars(stats, *, prefix="", reduce=None):
     TypeError
         ``stats`` is not a Mapping, ``prefix`` not a string, ``reduce`` not
         a dict of names to callables, or a reduction returned no number.
+    ValueError
+        ``stats`` holds a container inside itself (a cycle), a number too
+        large for a float (``10**400``), or two entries that make one tag
+        (``{'a/b': 1, 'a': {'b': 2}}``), naming the tag.
 
     Examples
     --------
@@ -165,21 +169,41 @@ def _check_reduce(reduce):
     return reduce
 
 
-def _flatten(tree, path, reduce, scalars, top=False):
+def _flatten(tree, path, reduce, scalars, top=False, above=()):
     # ``path`` is the tag so far: the prefix, then the keys joined by "/"
-    # (the first key joins the prefix as it is)
+    # (the first key joins the prefix as it is); ``above``, the ids of the
+    # containers on the way here (a container inside itself is a cycle)
     join = "" if top else "/"
+    if isinstance(tree, (Mapping, list, tuple)):
+        if id(tree) in above:
+            raise ValueError(f"stats holds a container inside itself, at "
+                             f"{path!r}: a cycle has no flat tags")
+        above = (*above, id(tree))
     if isinstance(tree, Mapping):
-        for key, value in tree.items():
-            _flatten(value, f"{path}{join}{key}", reduce, scalars)
+        items = tree.items()
     elif isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        for key, value in zip(tree._fields, tree):
-            _flatten(value, f"{path}{join}{key}", reduce, scalars)
+        items = zip(tree._fields, tree)
     elif isinstance(tree, (list, tuple)):
-        for i, value in enumerate(tree):
-            _flatten(value, f"{path}{join}{i}", reduce, scalars)
+        items = enumerate(tree)
     else:
         _leaf(tree, path, reduce, scalars)
+        return
+    for key, value in items:
+        _flatten(value, f"{path}{join}{key}", reduce, scalars, above=above)
+
+
+def _put(scalars, tag, value):
+    if tag in scalars:
+        raise ValueError(f"two entries of stats make the tag {tag!r} (a key "
+                         f"with a '/' in it, such as {{'a/b': ...}} beside "
+                         f"{{'a': {{'b': ...}}}}, or beside an array's "
+                         f"reduction): rename one of them")
+    try:
+        scalars[tag] = float(value)
+    except OverflowError:
+        raise ValueError(f"the number at {tag!r} is too large for a float "
+                         f"(its tag's scalar): {str(value)[:20]}... with "
+                         f"{len(str(value))} digits") from None
 
 
 def _leaf(value, tag, reduce, scalars):
@@ -192,13 +216,13 @@ def _leaf(value, tag, reduce, scalars):
         if value.dtype.kind not in _NUMERIC_KINDS:
             return
         if value.ndim == 0:
-            scalars[tag] = float(value)
+            _put(scalars, tag, value)
         elif value.size:
             values = value.astype(np.float64).ravel()
             for name, fn in reduce.items():
-                scalars[f"{tag}/{name}"] = _number(fn(values), tag, name)
+                _put(scalars, f"{tag}/{name}", _number(fn(values), tag, name))
     elif isinstance(value, (numbers.Real, np.bool_)):
-        scalars[tag] = float(value)
+        _put(scalars, tag, value)
 
 
 def _number(result, tag, name):

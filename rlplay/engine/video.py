@@ -1,6 +1,7 @@
 """Evaluation videos: frames written as an animated GIF.
 
-Needs Pillow (``pip install rlplay[video]``, which also brings pygame-ce's
+Needs Pillow (the ``video`` extra, ``pip install -e
+'path/to/rlplay[video]'`` from rlplay's clone, which also brings pygame-ce's
 ``pygame``, the renderer of Gymnasium's classic-control envs); rlplay
 imports without it, and :func:`check_writer` says how to install it. One
 palette of 255 colours, taken from frames spread over the episode, serves
@@ -25,7 +26,9 @@ def check_writer():
         import PIL  # noqa: F401
     except ImportError as exc:
         raise ImportError("recording evaluations needs Pillow: pip install "
-                          "rlplay[video]") from exc
+                          "-e 'path/to/rlplay[video]' (rlplay's clone with "
+                          "its video extra), or pip install 'pillow>=9.1' "
+                          "'pygame-ce>=2.1.3'") from exc
 
 
 def video_path(directory, version):

@@ -50,6 +50,42 @@ from gymnasium.vector.utils import batch_space
 __all__ = ["TorchCartPole"]
 
 
+def _autoreset_mode(value):
+    """``value`` (an ``AutoresetMode``, its value ``"NextStep"`` or its
+    name in any case, ``"next_step"``) as an ``AutoresetMode``."""
+    try:
+        if isinstance(value, str) and \
+                value.upper() in AutoresetMode.__members__:
+            return AutoresetMode[value.upper()]
+        return AutoresetMode(value)
+    except ValueError:
+        raise ValueError(f"autoreset_mode must be one of "
+                         f"{[m.value for m in AutoresetMode]} (or "
+                         f"{[m.name.lower() for m in AutoresetMode]}), got "
+                         f"{value!r}") from None
+
+
+def _check_present(device):
+    """Refuse a ``device`` that this machine does not have (or where a
+    ``torch.Generator`` cannot live: ``'meta'``), up front: torch would
+    fail at the first tensor made there, a CUDA device without CUDA with
+    an ``AssertionError``."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={str(device)!r} needs CUDA, but "
+                           f"torch.cuda.is_available() is False (torch "
+                           f"{torch.__version__})")
+    try:  # the env's tensors, and its generator of reset states
+        torch.empty(0, device=device)
+        torch.Generator(device=device)
+    except (RuntimeError, AssertionError) as exc:
+        # torch's first sentence (the rest lists every backend)
+        first = str(exc).strip().splitlines()[0].split(". ")[0] \
+            if str(exc).strip() else type(exc).__name__
+        raise RuntimeError(f"device={str(device)!r} cannot hold the env's "
+                           f"tensors and generator on this machine: "
+                           f"{first}") from None
+
+
 class TorchCartPole(VectorEnv):
     """``num_envs`` CartPoles stepped together in torch (see the module
     docstring).
@@ -70,6 +106,8 @@ class TorchCartPole(VectorEnv):
     ------
     TypeError, ValueError
         A bad argument, naming it and what was given.
+    RuntimeError
+        A device that this machine does not have (CUDA without CUDA).
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -84,19 +122,13 @@ class TorchCartPole(VectorEnv):
                                 f"{type(value).__name__} {value!r}")
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        try:
-            mode = AutoresetMode(autoreset_mode) if not isinstance(
-                autoreset_mode, str) or autoreset_mode[0].isupper() \
-                else AutoresetMode[autoreset_mode.upper()]
-        except (ValueError, KeyError):
-            raise ValueError(f"autoreset_mode must be one of "
-                             f"{[m.value for m in AutoresetMode]}, got "
-                             f"{autoreset_mode!r}") from None
+        mode = _autoreset_mode(autoreset_mode)
         try:
             self.device = torch.device(device)
         except (RuntimeError, TypeError):
             raise ValueError(f"device must be a torch device, got "
                              f"{device!r}") from None
+        _check_present(self.device)
         self.num_envs = int(num_envs)
         self.max_episode_steps = int(max_episode_steps)
         self.metadata = {**self.metadata, "autoreset_mode": mode}

@@ -4,6 +4,7 @@ are rebuilt and the layout of :class:`Episodes`): the episode batches, the
 store of rows and :class:`Episodic`, the iterator over a generator of
 fragments.
 """
+import numbers
 from collections import namedtuple
 from typing import Any, NamedTuple
 
@@ -466,6 +467,40 @@ class Episodic:
 
 
 def check_state(state, name):
+    """Refuse what is not an :meth:`Episodic.state_dict` (of
+    :data:`STATE_FORMAT`), or one with an entry missing or of another
+    type, naming ``name`` and the entry.
+
+    Raises
+    ------
+    TypeError
+        Not such a state, or an entry of another type.
+    ValueError
+        An entry missing.
+    """
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise TypeError(f"{name} must be an Episodic's state_dict(), got "
                         f"{type(state).__name__}")
+    entries = (("feed", (dict, type(None)),
+                "the generator's state_dict() (None for a feed without "
+                "one)"),
+               ("stats", dict, "a dict of the episode counters"),
+               ("lanes", dict, "a dict of the lanes followed"))
+    for key, types, what in entries:
+        if key not in state:
+            raise ValueError(f"{name}[{key!r}] is missing: an Episodic's "
+                             f"state_dict() holds it ({what})")
+        if not isinstance(state[key], types):
+            raise TypeError(f"{name}[{key!r}] must be {what}, got "
+                            f"{state[key]!r}")
+    for key, value in state["stats"].items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name}['stats'][{key!r}] must be an int (a "
+                            f"count of episodes or batches), got {value!r}")
+    lanes = state["lanes"]
+    for key, types, what in (("keys", (list, tuple), "a list"),
+                             ("last", (list, tuple), "a list"),
+                             ("counts", dict, "a dict")):
+        if not isinstance(lanes.get(key), types):
+            raise TypeError(f"{name}['lanes'][{key!r}] must be {what}, got "
+                            f"{lanes.get(key)!r}")

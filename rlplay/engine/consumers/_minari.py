@@ -73,8 +73,10 @@ def record(feed, dataset_id, n_episodes, *, env=None, observation_space=None,
         import minari
         from minari.data_collector import EpisodeBuffer
     except ImportError as exc:
-        raise ImportError("record needs Minari: pip install "
-                          "'rlplay[minari]'") from exc
+        raise ImportError("record needs Minari: pip install -e "
+                          "'path/to/rlplay[minari]' (rlplay's clone with "
+                          "its minari extra), or pip install "
+                          "'minari[arrow]>=0.5'") from exc
     _check_new_dataset(dataset_id)
     source = Episodic(feed, min(batch_episodes, n_episodes),
                       max_length=max_length)

@@ -42,7 +42,8 @@ from .episodes import episode, evaluate
 from .finals import copy_obs_to_final, fill_final, obs_is_final
 from .fragments import collect, fragment_device, prepare, startup
 from .layout import (CHECK_SPACES, EpisodeEdges, EpisodeStats, Fragment,
-                     Meta, State, acted, check_count, check_spaces_mode,
+                     Meta, State, acted, check_count, check_flag,
+                     check_spaces_mode,
                      check_sticky, columns, env_axes, episode_edges,
                      episode_stats, terminated)
 from ..devices import module_device
@@ -51,6 +52,7 @@ from .torch_loop import TorchContext
 
 __all__ = [
     "check_count",
+    "check_flag",
     "check_spaces_mode",
     "check_sticky",
     "State",

@@ -271,6 +271,22 @@ def check_count(name, value, minimum=1):
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
+def check_flag(name, value):
+    """Check that argument ``name`` is a bool (``numpy.bool_`` too), not
+    a value that Python would read as one (``"no"`` is true, ``None``
+    false); returns it as a ``bool``.
+
+    Raises
+    ------
+    TypeError
+        Not a bool; the message says what was given.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got "
+                        f"{type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def _check_counts(n_steps, n_envs):
     check_count("n_steps", n_steps)
     check_count("n_envs", n_envs)

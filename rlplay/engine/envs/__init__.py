@@ -20,9 +20,10 @@ EnvPool, PettingZoo) API.
 - :mod:`.sources`: making a batch from a factory (:func:`make_batch`),
   several sources side by side (:class:`EnvConcat`).
 - :mod:`.control`: calling a method of every env between fragments
-  (``call_envs``), for single envs and vector sources.
+  (``call_envs``), for single envs, vector sources and PettingZoo envs.
 """
-from .batch import Cast, EnvBatch, EnvList, RowOut, Stepped, cast_problem
+from .batch import (Cast, EnvBatch, EnvList, RowOut, Stepped, cast_problem,
+                    render_refusal)
 from .control import REFUSED_METHODS, check_method
 from .rows import FEW_COLUMNS, put_at
 from .making import (check_factory, check_step, close_envs, make_envs, reset,
@@ -36,7 +37,7 @@ from .vector import VectorSource
 
 __all__ = [
     "EnvBatch", "EnvList", "RowOut", "Stepped", "Cast", "cast_problem",
-    "check_factory",
+    "render_refusal", "check_factory",
     "check_step",
     "close_envs", "make_envs", "reset", "reward",
     "EnvConcat", "as_batch", "check_columns", "make_batch",

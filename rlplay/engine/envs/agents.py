@@ -50,6 +50,7 @@ import numpy as np
 
 from ..seeds import reset_seed
 from .batch import _CALM, EnvBatch, Stepped, _check_cast
+from .control import call_parallel
 from .making import close_envs, reward
 from .rows import (_ACT_SCALARS, _act_kind, _env_actions, _obs_writer,
                    _write_env_info)
@@ -329,8 +330,15 @@ class AgentEnvs(EnvBatch):
             self._write(out.final, j, value, what)
         self.present[j] = False
 
+    renders_columns = True
+
     def render(self, column):
         return self.envs[column // self.n_agents].render()
+
+    def call(self, name, args, kwargs, *, first=0):
+        A = self.n_agents
+        for e, env in enumerate(self.envs):
+            call_parallel(env, name, args, kwargs, first + e * A, A)
 
     def close(self, quiet=False):
         close_envs(self.envs, quiet=quiet)

@@ -50,7 +50,7 @@ from .rows import (_ACT_SCALARS, _act_kind, _env_actions, _obs_writer,
 from .spaces import format_value, space_example
 
 __all__ = ["RowOut", "Stepped", "Cast", "EnvBatch", "EnvList",
-           "cast_problem"]
+           "cast_problem", "render_refusal"]
 
 
 class RowOut(NamedTuple):
@@ -155,6 +155,10 @@ class EnvBatch:
         Whether ``reset`` can reset some columns alone (``at``).
     call_refusal : str or None
         Why ``call`` is refused (EnvPool), or ``None``.
+    renders_columns : bool
+        Whether ``render(column)`` gives one column's frame (single envs,
+        PettingZoo envs); else it raises ``TypeError``
+        (:func:`render_refusal` says why).
     column_agents : ndarray of int64, shape = (n_envs,)
         The agent of each column (its index in a PettingZoo env's
         ``possible_agents``; 0 for a single-agent source), recorded in
@@ -175,6 +179,7 @@ class EnvBatch:
     # reset alone (evaluate cuts episodes at max_steps)
     can_freeze = can_reset_columns = True
     call_refusal = None
+    renders_columns = False
     final_is_obs = False
 
     @property
@@ -247,12 +252,19 @@ class EnvBatch:
             The batch cannot render one column (a vector source renders
             all its envs at once).
         """
-        raise TypeError(f"{type(self).__name__} cannot render one env "
-                        f"column: recording needs single envs")
+        raise TypeError(render_refusal(self))
 
     def close(self, quiet=False):
         """Close every env; with ``quiet``, errors are swallowed."""
         raise NotImplementedError
+
+
+def render_refusal(batch):
+    """Why ``batch`` cannot render one env column (a vector source renders
+    all its envs at once)."""
+    name = getattr(batch, "name", None) or type(batch).__name__
+    return (f"{name} cannot render one env column: recording needs single "
+            f"envs (or PettingZoo envs)")
 
 
 class EnvList(EnvBatch):
@@ -355,6 +367,8 @@ class EnvList(EnvBatch):
     def call(self, name, args, kwargs, *, first=0):
         for j, env in self._columns:
             call_env(env, name, args, kwargs, first + j)
+
+    renders_columns = True
 
     def render(self, column):
         return self.envs[column].render()

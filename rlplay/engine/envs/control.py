@@ -1,6 +1,7 @@
 """Env control: calling a method of every env of an env batch, between
 fragments (what ``feed.call_envs(name, *args, **kwargs)`` of every
-generator does, in every worker: see :mod:`rlplay.engine.rollout._control`).
+generator does, in every worker: see ``call_envs`` in
+:mod:`rlplay.engine.rollout`).
 
 Where the method is looked up, by source:
 
@@ -12,6 +13,9 @@ Where the method is looked up, by source:
   included);
 - any other Gymnasium ``VectorEnv`` (a natively vectorized one, such as
   ``CartPoleVectorEnv``): its own method, once, for all its envs;
+- a PettingZoo parallel env: its own method (looked up through
+  PettingZoo's wrappers, else on its ``unwrapped`` env: an AEC env run in
+  parallel), once per env for all its agents' columns, env after env;
 - EnvPool: refused (:data:`ENVPOOL_REFUSAL`): its envs live in C++ and
   take no Python calls.
 
@@ -31,7 +35,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from ..errors import EnvCallError
 
 __all__ = ["REFUSED_METHODS", "ENVPOOL_REFUSAL", "check_method", "call_env",
-           "call_source"]
+           "call_source", "call_parallel"]
 
 # methods that call_envs never calls (see the module docstring)
 REFUSED_METHODS = ("reset", "step", "close")
@@ -126,6 +130,29 @@ def call_source(batch, name, args, kwargs, first=0):
             f"{where} is a natively vectorized env without a method "
             f"{name!r} (its own method is called, once for all its envs)",
             method=name)
+    _call(method, name, args, kwargs, where, None)
+
+
+def call_parallel(env, name, args, kwargs, first, n_agents):
+    """Call the method ``name(*args, **kwargs)`` of a PettingZoo parallel
+    ``env`` once, for its ``n_agents`` columns from ``first`` on.
+
+    Raises
+    ------
+    EnvCallError
+        The method is missing, is not callable, or raised.
+    """
+    base = getattr(env, "unwrapped", env)
+    where = (f"env columns {first}..{first + n_agents - 1} (the "
+             f"{type(base).__name__}'s agents)")
+    # PettingZoo's parallel wrappers forward public names to the env they
+    # wrap; aec_to_parallel's wrapper does not, hence the unwrapped env
+    method = getattr(env, name, None)
+    if method is None:
+        method = getattr(base, name, None)
+    if method is None:
+        raise EnvCallError(f"{where} has no method {name!r} to call",
+                           method=name)
     _call(method, name, args, kwargs, where, None)
 
 

@@ -57,6 +57,8 @@ class EnvConcat(EnvBatch):
                                      for part in self.parts)
         self.call_refusal = next((part.call_refusal for part in self.parts
                                   if part.call_refusal is not None), None)
+        self.renders_columns = all(part.renders_columns
+                                   for part in self.parts)
         # the loops copy `final` from the observations where every part
         # leaves it to them; else each part writes its own
         self.final_is_obs = all(part.final_is_obs for part in self.parts)
@@ -247,7 +249,9 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
         not batched as declared; PettingZoo agents of different spaces, an
         AEC env that cannot run in parallel.
     ValueError
-        The columns are not a whole number of the factory's sources.
+        The columns are not a whole number of the factory's sources; a
+        source of no columns (a PettingZoo env with no agents, a vector
+        env with ``num_envs=0``).
     Exception
         Whatever ``factory`` raises, as it is. What was made is closed
         first.
@@ -266,11 +270,19 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
                     f"factory {factory!r} made an EnvPool env without a "
                     f"seed: EnvPool seeds its envs when it is made, so "
                     f"every worker would step the same envs; give the "
-                    f"factory a seed parameter and pass it on (lambda "
-                    f"seed: envpool.make_gymnasium(..., seed=seed))")
+                    f"factory a seed parameter and pass it on within the "
+                    f"int32 range that EnvPool takes for its k envs (seed, "
+                    f"seed + 1, ...): lambda seed: envpool.make_gymnasium("
+                    f"..., num_envs=k, seed=shared_seed(seed, k)), with "
+                    f"shared_seed from rlplay.engine.seeds (seed % (2**31 "
+                    f"- k))")
             source = _source(raw, factory, seed)
             width, kind = (source.n_envs, None) if isinstance(
                 source, EnvBatch) else _width(source)
+            if width < 1:
+                # else no count of such sources adds up: the loop would
+                # call the factory forever
+                raise ValueError(_empty(name, n, raw, source, factory))
             if getattr(source, "kind", "numpy") == "torch" and (
                     made[1:] or (max_sources is None and width != n)):
                 raise ValueError(
@@ -295,6 +307,16 @@ def make_batch(factory, seed_sequences, *, max_sources=None, name="n_envs"):
             pass
         raise
     return parts[0] if len(parts) == 1 else EnvConcat(parts)
+
+
+def _empty(name, n, raw, source, factory):
+    """The message for a source of no columns."""
+    agents = getattr(source, "possible_agents", None)
+    what = f"a PettingZoo env with no agents (possible_agents " \
+        f"{list(agents)})" if agents is not None else \
+        f"a source of no envs ({type(raw).__name__} with num_envs=0)"
+    return (f"factory {factory!r} made {what}: {name}={n} columns need "
+            f"sources of at least one column each")
 
 
 def _not_whole(name, n, width, raw, source):

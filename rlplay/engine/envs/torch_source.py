@@ -46,9 +46,13 @@ Autoreset modes (the source's ``metadata["autoreset_mode"]``, Gymnasium's
   is *lost*, laid out as for numpy sources
   (:mod:`rlplay.engine.core.layout`), its reward zeroed.
 
-Seeding: the first reset gets the seed of the first column's
-``SeedSequence`` (a list of each column's seeds where the source is a
-``SyncVectorEnv`` or ``AsyncVectorEnv`` under a wrapper).
+Seeding: as a numpy vector source
+(:func:`~rlplay.engine.seeds.source_reset_seed`), the first reset gets
+the seed of the first column's ``SeedSequence`` taken modulo ``2**31 -
+num_envs`` (a list of each column's seeds where the source is a
+``SyncVectorEnv`` or ``AsyncVectorEnv`` under a wrapper), so that a
+source gives the same data for the same ``entropy`` whether it is
+converted to torch or not.
 
 Resetting some columns alone (:meth:`TorchSource.restart`, for episodes
 that the episode loop cuts at ``max_steps``) is a same-step or disabled
@@ -69,7 +73,7 @@ from gymnasium.vector import (AsyncVectorEnv, AutoresetMode, SyncVectorEnv,
                               VectorWrapper)
 
 from ..nested import StructureError, check_structure, suply
-from ..seeds import reset_seed
+from ..seeds import source_reset_seed
 from .batch import SourceBatch
 from .making import check_step
 from .spaces import space_example
@@ -183,12 +187,7 @@ class TorchSource(SourceBatch):
         """Reset every column (with the first column's seed of ``seeds``,
         or each one's), writing the observations into ``obs_out`` (nested
         tensors ``(B, ...)``)."""
-        if seeds is None:
-            seed = None
-        elif self.seeds_each:
-            seed = [reset_seed(ss) for ss in seeds]
-        else:
-            seed = reset_seed(seeds[0])
+        seed = source_reset_seed(seeds, self.n_envs, self.seeds_each)
         obs, _ = _pair(self.source.reset(seed=seed), self.name)
         self._write(obs_out, obs, "reset()")
         self._pending = torch.zeros(self.n_envs, dtype=torch.bool,

@@ -53,17 +53,13 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ..nested import StructureError, flatten, suply
-from ..seeds import reset_seed
+from ..seeds import reset_seed, source_reset_seed
 from .batch import _CALM, SourceBatch, Stepped, _check_cast
 from .making import check_step, reward
 from .rows import _obs_writer, copy_at, lose_at
 from .spaces import space_example
 
 __all__ = ["VectorSource"]
-
-# a source that takes one seed for all its envs gets one below this bound
-# less its num_envs (see VectorSource._reset_all)
-SEED_BOUND = 2**31
 
 # the vector envs known to read the actions they are given, keeping no
 # reference to them: they get the row's actions without a copy
@@ -162,15 +158,11 @@ class VectorSource(SourceBatch):
         return casts or []
 
     def _reset_all(self, seeds):
-        if seeds is None:
-            seed = None
-        elif self.seeds_each:
-            seed = [reset_seed(ss) for ss in seeds]
-        else:
-            # one seed for all: ALE's AtariVectorEnv seeds its envs with
-            # seed, seed + 1, ... as 32-bit signed ints (a TypeError beyond),
-            # so the seed leaves room below 2**31 for every env's
-            seed = reset_seed(seeds[0]) % (SEED_BOUND - self.n_envs)
+        # one seed for all: ALE's AtariVectorEnv seeds its envs with seed,
+        # seed + 1, ... as 32-bit signed ints (a TypeError beyond), so the
+        # seed leaves room below 2**31 for every env's (as a torch
+        # source's: one rule, in seeds)
+        seed = source_reset_seed(seeds, self.n_envs, self.seeds_each)
         return _pair(self.source.reset(seed=seed), self.name, "reset()")
 
     def _reset_columns(self, at, seeds=None):

@@ -12,11 +12,8 @@ lists every keyword it takes, for ``inspect.signature`` and ``help()``,
 and its ``**kwargs`` are typed with ``Unpack`` of :class:`Keywords`,
 :class:`WorkerKeywords` or :class:`PoolKeywords` for IDEs); what they
 share lives in
-the underscored modules (:mod:`._base`, with :mod:`._states` and
-:mod:`._stats`; :mod:`._supervised`, :mod:`._gather`, :mod:`._delivery`,
-:mod:`._calls`, :mod:`._resume`), built on what runs in the workers and
-drives them (:mod:`rlplay.engine.workers`); :mod:`.episodic` re-exports
-the consumer of :mod:`rlplay.engine.consumers.episodic`.
+the package's underscored modules, which docs/concepts/code-layout.md
+maps.
 
 Every generator takes ``factory, actor, n_steps``, then its env counts,
 then these keywords (those it has: ``same`` has neither processes nor
@@ -30,7 +27,10 @@ keyword             default    meaning
                                and torch stream gets its own child of one
                                ``numpy.random.SeedSequence``
                                (:mod:`rlplay.engine.seeds`); ``None``: fresh
-                               OS entropy
+                               OS entropy. Each rank of a distributed run
+                               (``torch.distributed``, ``torchrun``) draws
+                               from a tree of its own, rank 0 from the
+                               run's (:func:`~rlplay.engine.seeds.rank_root`)
 ``sticky``          ``False``  stop stepping an env for the rest of a
                                fragment once its episode ended (the frozen
                                rows: :mod:`rlplay.engine.core`)
@@ -84,19 +84,23 @@ keyword             default    meaning
 ``cpu_affinity``    ``None``   where the workers run: ``None`` (where the
                                OS puts them), ``'auto'`` (worker ``i`` on
                                the ``i``-th of the cores this process may
-                               use, round robin) or one set of cores per
-                               worker; applied in each worker before it
-                               makes its envs, refused up front where the
-                               platform has no affinity call
+                               use, round robin; under ``torchrun``, of
+                               this rank's share of them, apart from the
+                               other ranks of the machine's:
+                               ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``,
+                               :func:`~rlplay.engine.utils.rank_cores`) or
+                               one set of cores per worker; applied in each
+                               worker before it makes its envs, refused up
+                               front where the platform has no affinity
+                               call
 ``resume``          ``None``   a ``state_dict()`` of a generator of the
                                same kind and arguments: continue that run
-                               (:mod:`._resume`: ``meta.seq``, versions and
+                               (``meta.seq``, versions and
                                counters go on, envs are reset with seeds
                                of the resume's own branch); a state that
                                would shape the batch otherwise is refused
-``actor_device``    ``None``   where the actor runs
-                               (:mod:`rlplay.engine.devices`): ``same``,
-                               where its parameters live (a
+``actor_device``    ``None``   where the actor runs:
+                               ``same``, where its parameters live (a
                                device given must be that one); the workers,
                                a copy on the CPU, or on this device (one
                                for all, or a list of one per worker;
@@ -111,7 +115,7 @@ them) also have ``call_envs(name, *args, **kwargs)``: every env of every
 worker calls its method ``name`` at that worker's next fragment boundary,
 published with the parameters, stamped on every fragment as
 ``meta.control`` and applied again by replacements and resumed runs
-(:mod:`rlplay.engine.workers._control`).
+(docs/how-to/changing-envs.md).
 
 Timeouts and ``restart_delay`` are finite numbers of seconds (``None``
 drops a deadline); bad values are refused up front, naming the argument,

@@ -13,6 +13,7 @@ under a supervisor, processes or Ray actors (:mod:`rlplay.engine.workers`),
 whose generator's side is :class:`~._supervised.Supervised`
 (:mod:`._supervised`, which ``same`` does not import).
 """
+import contextlib
 import inspect
 import math
 import numbers
@@ -28,10 +29,12 @@ except ImportError:  # typing_extensions comes with torch and gymnasium
     from typing_extensions import Unpack
 
 from ..actor import check_actor
-from ..core import check_count, check_spaces_mode, check_sticky, prepare
+from ..core import (check_count, check_flag, check_spaces_mode,
+                    check_sticky, prepare)
 from ..envs import check_columns, make_batch
 from ..seeds import PROBE_COLLECTOR, env_seed_sequences
-from ..utils.mp import Cloudpickled, check_cpu_affinity, check_timeouts
+from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
+                        worker_cpu_affinity)
 from ..workers import RESTART_DELAY, CallLog, SessionSpec, cpu_copy
 from ._calls import EnvControl
 from ._delivery import Delivery
@@ -42,7 +45,7 @@ from ._stats import STATS_KEYS, Stats
 __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
            "spell_out", "Closing", "Breakable", "Generator", "Status",
            "Stats", "STATS_KEYS", "SetUp",
-           "probe_layout", "check_arguments", "Deadline", "TIMEOUT",
+           "probe_layout", "probed", "check_arguments", "Deadline", "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
            "RESTART_DELAY"]
 
@@ -157,8 +160,7 @@ def check_arguments(actor, *, counts=(), timeouts=None, sticky=False,
         check_count(name, value, minimum)
     if timeouts is not None:
         check_timeouts(**timeouts)
-    if not isinstance(sticky, (bool, np.bool_)):
-        raise TypeError(f"sticky must be a bool, got {sticky!r}")
+    check_flag("sticky", sticky)
     check_spaces_mode(check_spaces)
     check_count("restarts", restarts, 0)
     check_cpu_affinity(cpu_affinity, n_workers)
@@ -193,11 +195,7 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
     call_refusal : str or None
         Why the source cannot take ``call_envs`` (EnvPool), or ``None``.
     """
-    probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
-                                                   PROBE_COLLECTOR),
-                       max_sources=1)
-    try:
-        check_columns(probe, n_envs, name)
+    with probed(factory, n_envs, entropy, name) as probe:
         if sticky:
             check_sticky(probe)
         with torch.random.fork_rng(devices=[]):
@@ -205,6 +203,29 @@ def probe_layout(factory, actor, n_steps, n_envs, entropy, *, env_info=None,
                                env_info=env_info, final=final).pyt
         return template, buffer_layout(template, probe.observation_space,
                                        probe.action_space), probe.call_refusal
+
+
+@contextlib.contextmanager
+def probed(factory, n_envs, entropy, name="n_envs"):
+    """One source made with ``factory`` in the learner (seeded as collector
+    :data:`~rlplay.engine.seeds.PROBE_COLLECTOR` of ``entropy``), checked
+    to size ``n_envs`` columns (the argument ``name``): a whole number of
+    such sources, none of no columns; closed on leaving.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`~rlplay.engine.envs.make_batch` and
+        :func:`~rlplay.engine.envs.check_columns`.
+    Exception
+        Whatever ``factory`` raises, as it is.
+    """
+    probe = make_batch(factory, env_seed_sequences(entropy, n_envs,
+                                                   PROBE_COLLECTOR),
+                       max_sources=1, name=name)
+    try:
+        check_columns(probe, n_envs, name)
+        yield probe
     finally:
         probe.close()
 
@@ -307,7 +328,7 @@ class SetUp(EnvControl):
                            actor=Cloudpickled(worker_actor), entropy=entropy,
                            n_envs=n_envs, sticky=sticky,
                            check_spaces=check_spaces,
-                           cpu_affinity=cpu_affinity,
+                           cpu_affinity=worker_cpu_affinity(cpu_affinity),
                            actor_device=actor_device,
                            sparse_final=sparse_final)
         return spec, template

@@ -25,14 +25,14 @@ class EnvControl:
         applied before it (``meta.control``), never changing within a
         fragment. Workers that start later (restarts, a resumed run)
         apply every call before their first reset. See
-        :mod:`rlplay.engine.workers._control`.
+        docs/how-to/changing-envs.md.
 
         Parameters
         ----------
         name : str
             A method of the envs (found through their wrappers, or each
-            env's through ``VectorEnv.call``); not ``reset``, ``step`` or
-            ``close``.
+            env's through ``VectorEnv.call``; a PettingZoo env's, once
+            for all its agents); not ``reset``, ``step`` or ``close``.
         *args, **kwargs
             Its arguments, cloudpickled once here (at most
             :data:`~rlplay.engine.workers._control.MAX_CALL_BYTES`).

@@ -15,6 +15,7 @@ driver would do anyway) and keeps the device copy asynchronous.
 """
 import torch
 
+from ..core import check_flag
 from ..devices import check_device, normal_device
 from ..nested import flatten, suply
 from ..shared import copy_
@@ -50,11 +51,14 @@ class Delivery:
 
     Raises
     ------
+    TypeError
+        ``pinned`` or ``copy`` not a bool.
     RuntimeError
         Up front, when CUDA is asked for and absent (:func:`check_device`).
     """
 
     def __init__(self, device=None, pinned=False, copy=True):
+        pinned, copy = check_flag("pinned", pinned), check_flag("copy", copy)
         device = check_device(device, pinned)
         self.device = None if device is None or device.type == "cpu" \
             else normal_device(device)

@@ -133,7 +133,8 @@ class Gathered(Supervised, Generator):
 
     def state_dict(self):
         """What rlplay owns of this run, for ``resume=`` (see
-        :mod:`._resume`): the seeding tree's place, each worker's next
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, each worker's next
         ``meta.seq`` (after its last fragment yielded) and generation, the
         counters and the parameter version. Valid in any state (after
         ``close()`` too)."""

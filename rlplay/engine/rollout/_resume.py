@@ -13,7 +13,11 @@ strings, lists; ``torch.save``-able and loadable with
                 buffer, which the actor's outputs (act, info, hx) shape too
                 (None for the evaluator)
     seeds       {"entropy", "spawn_key", "pool_size"}: the run's root
-                ``SeedSequence``; "resumes": how many times it was resumed
+                ``SeedSequence`` (this rank's); "resumes": how many times
+                it was resumed
+    rank        the rank of the process whose run it is, and the
+    world_size  number of ranks then (``torch.distributed``'s: 0 and 1
+                for a run of one process, or a state saved before them)
     counters    the generator's stats counters (steps, batches, version,
                 dropped, restarts, the times)
     version     the parameter version a continuation starts at
@@ -42,6 +46,17 @@ learner holds then; the evaluator's, at the last version submitted), and
 the counters go on. ``restarts`` is a budget for
 the whole run, resumes included (raise it on resume to allow more).
 
+Many learners (``torch.distributed``): each rank's generator draws from
+the rank's own root (:func:`rlplay.engine.seeds.rank_root`), and its
+``state_dict()`` is that rank's. A state is resumed by the rank that
+saved it, and refused elsewhere with a ``ValueError`` naming both ranks:
+resumed by another rank, it would collect what that rank collects (its
+seeds come from the saved root), and the two ranks' data would repeat
+each other. The world size may change between the runs (an elastic
+restart): a rank's tree does not depend on it, so each rank that has a
+state resumes its own, and a new rank starts afresh, with seeds of its
+own.
+
 A state whose ``settings`` or ``layout`` differ from those of the new
 generator is refused with a ``ValueError`` that names what differs, before
 any worker starts (the layout once the probe env and the actor's virtual
@@ -55,7 +70,7 @@ import numbers
 import numpy as np
 
 from ..core import Fragment
-from ..seeds import resume_root, seed_sequence
+from ..seeds import current_rank, rank_root, resume_root
 from ..workers import saved_calls
 
 __all__ = ["FORMAT", "Continuation", "continuation", "check_state",
@@ -82,7 +97,9 @@ class Continuation:
     Attributes
     ----------
     root : SeedSequence
-        The run's own root (of its first part).
+        The run's own root (of its first part), this rank's.
+    rank, world_size : int
+        This process's in a distributed run (``(0, 1)`` alone).
     resumes : int
     entropy : SeedSequence
         The root this part of the run draws every seed from.
@@ -100,8 +117,9 @@ class Continuation:
         The state resumed from.
     """
 
-    def __init__(self, root, n_workers, saved=None):
+    def __init__(self, root, n_workers, saved=None, rank=(0, 1)):
         self.root, self.saved = root, saved
+        self.rank, self.world_size = rank
         self.resumes = 0 if saved is None else saved["seeds"]["resumes"] + 1
         self.entropy = resume_root(root, self.resumes)
         if saved is None:
@@ -135,6 +153,11 @@ class Continuation:
         if self.saved is None:
             return
         saved = self.saved["layout"]
+        if saved is None:  # an evaluator's, which fills no buffer
+            raise ValueError(
+                f"resume['layout'] is None (an evaluator's state, whose "
+                f"evaluations fill no batch), but this generator shapes its "
+                f"batches: resume it from a state of its own kind")
         names = ("observation space", "action space")
         for name, old, new in zip(names, saved["spaces"], layout["spaces"]):
             if old != new:
@@ -163,6 +186,7 @@ class Continuation:
         :meth:`~rlplay.engine.workers._control.CallLog.state`."""
         return {"format": FORMAT, "kind": kind, "settings": dict(settings),
                 "layout": layout, "seeds": self.seeds(),
+                "rank": int(self.rank), "world_size": int(self.world_size),
                 "counters": counters(stats), "version": int(version),
                 "workers": [{"seq": int(seq), "generation": int(generation),
                              "restarts": int(restarts)}
@@ -179,17 +203,21 @@ def continuation(resume, entropy, kind, settings, n_workers):
     """The :class:`Continuation` of a generator made with ``resume`` (a
     state, or ``None`` for a fresh run) and ``entropy``.
 
-    Checks ``resume`` up front, before anything starts: a state of
-    another kind, of another format, with other ``settings`` or another
-    ``entropy`` (where one is given) is refused.
+    The root of a fresh run is this rank's
+    (:func:`~rlplay.engine.seeds.rank_root`). Checks ``resume`` up front,
+    before anything starts: a state of another kind, of another format,
+    with other ``settings``, of another rank or another ``entropy`` (where
+    one is given) is refused.
 
     Raises
     ------
     TypeError, ValueError
         Naming what differs.
     """
+    rank = current_rank()
     if resume is None:
-        return Continuation(seed_sequence(entropy), n_workers)
+        return Continuation(rank_root(entropy, rank[0]), n_workers,
+                            rank=rank)
     if not isinstance(resume, dict) or resume.get("format") != FORMAT:
         raise TypeError(
             f"resume must be a generator's state_dict() (a dict of format "
@@ -210,19 +238,26 @@ def continuation(resume, entropy, kind, settings, n_workers):
     if len(resume["workers"]) != n_workers:
         raise ValueError(f"resume: the saved run had {len(resume['workers'])} "
                          f"workers, this one {n_workers}")
+    saved_rank = resume.get("rank", 0)
+    if saved_rank != rank[0]:
+        raise ValueError(
+            f"resume holds the state of rank {saved_rank} (of a world of "
+            f"{resume.get('world_size', 1)}), but this process is rank "
+            f"{rank[0]} (of {rank[1]}): each rank resumes its own state (with "
+            f"another rank's, it would collect what that rank collects)")
     seeds = resume["seeds"]
     root = np.random.SeedSequence(seeds["entropy"],
                                   spawn_key=tuple(seeds["spawn_key"]),
                                   pool_size=seeds["pool_size"])
     if entropy is not None:
-        given = seed_sequence(entropy)
+        given = rank_root(entropy, rank[0])
         if (given.entropy != root.entropy
                 or tuple(given.spawn_key) != tuple(root.spawn_key)):
             raise ValueError(
                 f"resume: entropy={entropy!r}, but the saved run's root was "
                 f"{root!r}: pass the run's entropy or None (the saved one "
                 f"is used)")
-    return Continuation(root, n_workers, saved=resume)
+    return Continuation(root, n_workers, saved=resume, rank=rank)
 
 
 def _entry(parent, key, path, types, what):
@@ -319,6 +354,10 @@ def check_state(resume):
                    or isinstance(value, bool) else ValueError)(
                 f"resume['counters'][{key!r}] must be a finite number of "
                 f"at least 0, got {value!r}")
+    for key in ("rank", "world_size"):  # absent: saved before them
+        if key in resume:
+            _entry(resume, key, f"[{key!r}]", numbers.Integral, "an int")
+            _count(resume, key, f"[{key!r}]", least=int(key == "world_size"))
     _entry(resume, "version", "['version']", numbers.Integral, "an int")
     _count(resume, "version", "['version']")
     workers = _entry(resume, "workers", "['workers']", (list, tuple),

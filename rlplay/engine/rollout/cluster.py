@@ -1,7 +1,8 @@
 """A Ray cluster: Ray actors on any nodes fill fragments, which reach the
 learner through Ray's object store; the learner collates them into batches.
 
-Needs Ray (``pip install rlplay[cluster]``); importing this module does
+Needs Ray (the ``cluster`` extra: ``pip install -e
+'path/to/rlplay[cluster]'`` from rlplay's clone); importing this module does
 not, calling :func:`rollout` does.
 
 Protocol
@@ -21,8 +22,8 @@ A *request* is one call ``fill(params)`` of a worker; there are
     the learner's queue) ─► collating (inside next()) ─► a new request ...
 
 A worker runs its requests in order; each applies the ``call_envs`` calls
-that the request carries (those the worker was not sent yet, see
-:mod:`rlplay.engine.workers._control`), loads the parameters that the request carries (from the object store, only when their version is not
+that the request carries (those the worker was not sent yet; see
+``call_envs`` in :mod:`rlplay.engine.rollout`), loads the parameters that the request carries (from the object store, only when their version is not
 the one it holds), collects the next fragment into its buffer and returns
 it: Ray copies it into the object store (the learner reads it without a
 copy on the same node, after one transfer from another node).
@@ -90,7 +91,7 @@ its node; no news within the bound is a
 rollout (see :mod:`._states`): the actors are killed at once. An actor
 dies with its owner, the learner's Ray driver.
 
-Restarts (``restarts=N``), as in :mod:`rlplay.engine.workers._supervisor`: rlplay kills the
+Restarts (``restarts=N``), as for :mod:`.multi`: rlplay kills the
 failed actor and creates a new one (never Ray's ``max_restarts``, which
 would rerun the constructor with the same seeds and repeat its first
 fragments), of the next generation, which takes over the requests in
@@ -282,8 +283,10 @@ class Rollout(Gathered):
                  n_buffers, n_per_batch, *, address=None, actor_options=None,
                  **kwargs: Unpack[PoolKeywords]):
         if ray is None:
-            raise ImportError("cluster.rollout needs Ray: pip install "
-                              "rlplay[cluster]")
+            raise ImportError("cluster.rollout needs Ray: pip install -e "
+                              "'path/to/rlplay[cluster]' (rlplay's clone "
+                              "with its cluster extra), or pip install "
+                              "'ray>=2.40'")
         self._options = ray_options(actor_options)
         self._address = address
         super().__init__(factory, actor, n_steps, n_actors, n_per_actor,

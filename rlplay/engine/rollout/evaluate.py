@@ -2,17 +2,20 @@
 
 Protocol
 --------
-The learner makes a shared copy of the actor's parameters
+The learner sizes the envs from a probe source that it makes and closes
+at once (as the rollout generators do: a count of ``n_envs`` that the
+factory's sources cannot make, or a ``record=`` that they cannot render,
+is refused there), makes a shared copy of the actor's parameters
 (:class:`SharedParams`) and starts the worker, which makes its own envs
 (seeded from the run's ``entropy`` at collector index
 :data:`~rlplay.engine.seeds.EVAL_COLLECTOR`, apart from every rollout
-worker) and waits; it runs the worker loop of :mod:`rlplay.engine.workers._session` under the
-:mod:`rlplay.engine.workers._supervisor`, as the rollout workers do. At most
+worker) and waits; it runs the worker loop of the rollout workers, under
+the same supervision (restarts included). At most
 one request is outstanding: submitted and not yet picked up::
 
     learner                                       worker
     -------                                       ------
-    Evaluator(): v0, start the worker ──────────► seed, make envs, wait
+    Evaluator(): probe env, v0, start worker ───► seed, make envs, wait
     ...train...
     submit(actor): publish v_n,
                    send Evaluate(n) ────────────► load v_n, eval mode,
@@ -67,13 +70,15 @@ from collections import namedtuple
 
 from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR
-from ..utils.mp import Cloudpickled, check_timeouts, get_context
+from ..utils.mp import (Cloudpickled, check_timeouts, get_context,
+                        worker_cpu_affinity)
 from ..video import check_writer
 from ..devices import worker_devices
+from ..envs import render_refusal
 from ..workers import (Evaluate, EvaluationSpec, Result, SessionSpec,
                        WorkerConfig, cpu_copy)
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
-                    START_TIMEOUT, Breakable, Deadline, Status)
+                    START_TIMEOUT, Breakable, Deadline, Status, probed)
 from ._supervised import Supervised
 
 __all__ = ["Evaluator", "Evaluation"]
@@ -183,9 +188,12 @@ class Evaluator(Supervised, Breakable):
     ----------
     factory : callable
         Builds one Gymnasium env, or a batched source (a vector env, a
-        torch-native source: see :mod:`rlplay.engine.envs`); called until
-        ``n_envs`` columns add up, in the worker only (shipped with
-        cloudpickle), so a failure there is a
+        torch-native source, a PettingZoo env: see
+        :mod:`rlplay.engine.envs`); called once here for a probe source
+        (closed at once: a failure there is raised as it is, and a count
+        of ``n_envs`` that its sources cannot make is refused up front),
+        then until ``n_envs`` columns add up in the worker (shipped with
+        cloudpickle), where a failure is a
         :class:`~rlplay.engine.errors.WorkerError`.
     actor : BaseActorModule
         The learner's actor (on any device); the worker runs a copy in
@@ -204,9 +212,12 @@ class Evaluator(Supervised, Breakable):
         version (``version-000012.gif``; the :class:`Evaluation` says
         which). The envs are asked for ``render_mode="rgb_array"`` where
         the factory takes that keyword (``gymnasium.make`` does); otherwise
-        it must make them so. Needs ``pip install rlplay[video]``.
+        it must make them so. Needs the ``video`` extra (``pip install
+        -e 'path/to/rlplay[video]'``).
         ``None``: nothing is rendered. A directory that cannot be made
-        or written to is refused up front (``ValueError``).
+        or written to is refused up front (``ValueError``), and so are
+        sources that cannot render one env (a vector env, a torch
+        source: ``TypeError``).
 
     Attributes
     ----------
@@ -275,11 +286,20 @@ class Evaluator(Supervised, Breakable):
         mp_ctx = get_context(start_method)
         devices = worker_devices(actor_device, 1,
                                  start_method=mp_ctx.get_start_method())
+        # sized here, as the generators size their buffers: a count the
+        # factory's sources cannot make, or a recording that they cannot
+        # render, is refused before any worker starts
+        with probed(factory, n_envs, run.entropy) as probe:
+            if record is not None and not probe.renders_columns:
+                raise TypeError(f"record={record!r} renders env 0's "
+                                f"frames, but {render_refusal(probe)}")
+            self._calls.refusal = probe.call_refusal
         self._version = run.version  # the last submitted
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
             entropy=run.entropy, n_envs=int(n_envs), sticky=False,
-            check_spaces="first", cpu_affinity=cpu_affinity,
+            check_spaces="first",
+            cpu_affinity=worker_cpu_affinity(cpu_affinity),
             actor_device=devices)
         self._workers(mp_ctx, 1, lambda params:
                       _EvaluationRequests(
@@ -291,7 +311,8 @@ class Evaluator(Supervised, Breakable):
 
     def state_dict(self):
         """What rlplay owns of this evaluator, for ``resume=`` (see
-        :mod:`._resume`): the seeding tree's place, the generation, the
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, the generation, the
         counts and the parameter version (a continuation's versions go on
         from it; an outstanding request is not part of it: submit it
         again). Valid in any state (after ``close()`` too)."""

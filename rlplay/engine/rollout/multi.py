@@ -6,10 +6,10 @@ Protocol
 The learner sizes one fragment buffer of ``B = n_per_actor`` envs from a
 probe env (made by ``factory`` here and closed at once) and the actor,
 checks that ``n_buffers`` of them fit, allocates them in *one* shared
-segment (:mod:`rlplay.engine.workers._buffers`), makes a shared copy of the actor's parameters
+segment (:mod:`~rlplay.engine.workers._buffers`), makes a shared copy of the actor's parameters
 (:class:`~rlplay.engine.workers.SharedParams`, version ``v0``) and starts ``n_actors``
-workers (:mod:`rlplay.engine.workers._supervisor`), each running the worker loop of
-:mod:`rlplay.engine.workers._session`. Worker ``i`` steps envs ``i * B .. (i + 1) * B - 1``, seeded as
+workers, each running the worker loop of
+:mod:`~rlplay.engine.workers._session`. Worker ``i`` steps envs ``i * B .. (i + 1) * B - 1``, seeded as
 collector ``i`` (worker 0 sees the seeds of ``same.rollout``).
 
 Each buffer is owned by one side at a time, and moves round this cycle::
@@ -44,7 +44,8 @@ fragment (``v_k`` minus its version) counts the batches published while it
 was collected and while it waited for the learner, behind at most
 ``n_buffers - 1`` others; ``max_lag`` bounds it by dropping older ones.
 The ``call_envs`` calls go down the pipes with each publication, and a
-worker applies them before its next fragment (:mod:`rlplay.engine.workers._control`).
+worker applies them before its next fragment (``call_envs`` in
+:mod:`rlplay.engine.rollout`).
 
 Order: a worker sends its ``Ready`` reports down its pipe in the order it
 filled the buffers, and the learner takes arrivals in the order they came,
@@ -95,7 +96,8 @@ wait for the learner as long as it lives (training takes what it takes)
 and die with it.
 
 Restarts (``restarts=N``): a worker that dies, or whose factory or envs
-raise, is replaced (see :mod:`rlplay.engine.workers._supervisor`); the fragment it was filling
+raise, is replaced (see "When environments crash" in
+docs/concepts/order-and-generations.md); the fragment it was filling
 is discarded and its buffers go to the replacement, which starts from
 resets with seeds of its own generation, loads the latest parameters and
 numbers its fragments on from the last one received. Fragments received

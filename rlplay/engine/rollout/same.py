@@ -114,7 +114,8 @@ class Rollout(SetUp, Generator):
 
     def state_dict(self):
         """What rlplay owns of this run, for ``resume=`` (see
-        :mod:`._resume`): the seeding tree's place, the next ``meta.seq``,
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, the next ``meta.seq``,
         the generation, the counters; the version to go on from is the
         number of batches yielded. Valid in any state (after ``close()``
         too)."""

@@ -4,10 +4,10 @@ while the learner trains on the other (a barrier flip-flop).
 Protocol
 --------
 The learner allocates two fragment buffers ``A`` and ``B`` in one shared
-segment (:mod:`rlplay.engine.workers._buffers`, the mechanism of ``multi``), a shared copy of
+segment (:mod:`~rlplay.engine.workers._buffers`, the mechanism of ``multi``), a shared copy of
 the actor's parameters (:class:`~rlplay.engine.workers.SharedParams`, version ``v0``)
-and starts the worker (:mod:`rlplay.engine.workers._supervisor`), which runs the worker loop of
-:mod:`rlplay.engine.workers._session`: ``single`` is the protocol of ``multi`` with one
+and starts the worker, which runs the worker loop of
+:mod:`~rlplay.engine.workers._session`: ``single`` is the protocol of ``multi`` with one
 worker, two buffers and one fragment per batch, and the rule below on
 publishing. Fragment ``k`` goes to buffer ``k % 2`` and is collected
 with the parameters of version ``max(k - 1, 0)``: the policy lag is
@@ -51,7 +51,8 @@ the worker loads ``v_{k-1}`` when it starts #k, which is before it reports
 #k ready, so the learner may overwrite it with ``v_k`` then and not before.
 Publishing earlier would let a slow worker load ``v_k`` for #k (no lag).
 The ``call_envs`` calls made before ``next()`` #k go with ``v_k``, down the
-pipe before ``Give``, and are applied before #k+1 (:mod:`rlplay.engine.workers._control`).
+pipe before ``Give``, and are applied before #k+1 (``call_envs`` in
+:mod:`rlplay.engine.rollout`).
 
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
@@ -73,7 +74,8 @@ error again, never a silent end of iteration. ``close()`` by the user ends
 the iteration (``StopIteration``).
 
 Restarts (``restarts=N``): a worker that dies, or whose factory or envs
-raise, is replaced (see :mod:`rlplay.engine.workers._supervisor`). The fragment it was filling
+raise, is replaced (see "When environments crash" in
+docs/concepts/order-and-generations.md). The fragment it was filling
 is discarded; the replacement starts from resets with seeds of its own
 generation, loads the latest parameters (``v_{k-1}`` while fragment ``k``
 is due, so the lag stays exactly 1) and refills that buffer with fragment
@@ -200,7 +202,8 @@ class Rollout(Supervised, Generator):
 
     def state_dict(self):
         """What rlplay owns of this run, for ``resume=`` (see
-        :mod:`._resume`): the seeding tree's place, the worker's next
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, the worker's next
         ``meta.seq`` (after the last fragment yielded) and generation, the
         counters; a continuation's parameters start at the version of the
         number of batches yielded. Valid in any state (after ``close()``

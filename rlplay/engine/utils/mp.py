@@ -24,7 +24,9 @@
   forks inherits (an ``AsyncVectorEnv``'s), so it stays silent while they
   live.
 - :func:`check_cpu_affinity`, :func:`set_cpu_affinity`: where a worker
-  runs (``cpu_affinity=``), checked up front, applied in the worker.
+  runs (``cpu_affinity=``), checked up front, applied in the worker;
+  ``"auto"`` gives each rank of a machine its own share of the cores
+  (:func:`local_rank`, :func:`rank_cores`).
 """
 import contextlib
 import ctypes
@@ -39,6 +41,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import namedtuple
 
 import cloudpickle
 
@@ -65,6 +68,10 @@ __all__ = [
     "wait_ended",
     "check_cpu_affinity",
     "set_cpu_affinity",
+    "local_rank",
+    "rank_cores",
+    "AutoAffinity",
+    "worker_cpu_affinity",
 ]
 
 # the start method of the process-based generators when none is given
@@ -384,17 +391,101 @@ def join_or_kill(processes, timeout, groups=False):
             end_group(proc.pid)
 
 
+def local_rank():
+    """This process's ``(local_rank, local_world_size)``: its rank among
+    the ranks of a distributed run on this machine, and their number.
+
+    The ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` of the environment, which
+    ``torchrun`` sets (``torch.distributed`` has no other account of which
+    ranks share a machine: :func:`torch.distributed.get_node_local_rank`
+    reads the same variable); ``(0, 1)`` where neither is set. Another
+    launcher sets both, or the workers are given their cores.
+
+    Raises
+    ------
+    ValueError
+        One of them set without the other, not an int, or out of range
+        (``0 <= LOCAL_RANK < LOCAL_WORLD_SIZE``); the message names the
+        variable and its value.
+    """
+    rank = os.environ.get("LOCAL_RANK")
+    size = os.environ.get("LOCAL_WORLD_SIZE")
+    if rank is None and size is None:
+        return 0, 1
+    if rank is None or size is None:
+        given, missing = (("LOCAL_RANK", rank), "LOCAL_WORLD_SIZE") \
+            if size is None else (("LOCAL_WORLD_SIZE", size), "LOCAL_RANK")
+        raise ValueError(
+            f"the environment has {given[0]}={given[1]!r} but no {missing}: "
+            f"the ranks of a machine are told by both (torchrun sets them); "
+            f"set it, or give cpu_affinity one set of cores per worker")
+    try:
+        rank, size = int(rank), int(size)
+    except ValueError:
+        raise ValueError(
+            f"LOCAL_RANK and LOCAL_WORLD_SIZE of the environment must be "
+            f"ints, got {os.environ['LOCAL_RANK']!r} and "
+            f"{os.environ['LOCAL_WORLD_SIZE']!r}") from None
+    if not 0 <= rank < size:
+        raise ValueError(f"the environment's LOCAL_RANK={rank} must be at "
+                         f"least 0 and below its LOCAL_WORLD_SIZE={size}")
+    return rank, size
+
+
+def rank_cores(allowed, local_rank=0, local_world_size=1):
+    """The share of the cores ``allowed`` of local rank ``local_rank``
+    among ``local_world_size`` ranks on one machine (what
+    ``cpu_affinity="auto"`` pins that rank's workers on, round robin).
+
+    The cores, in order, are cut into ``local_world_size`` consecutive
+    blocks whose sizes differ by at most one: the ranks' shares never
+    overlap, and rank 0 of 1 has all of them. With fewer cores than ranks
+    an overlap cannot be avoided: rank ``r`` gets core ``r`` modulo their
+    number.
+
+    Parameters
+    ----------
+    allowed : collection of int
+        The cores (``os.sched_getaffinity(0)``); not empty.
+    local_rank, local_world_size : int
+        See :func:`local_rank`.
+
+    Returns
+    -------
+    tuple of int
+        Sorted, not empty.
+
+    Examples
+    --------
+    >>> rank_cores(range(8), 1, 2)
+    (4, 5, 6, 7)
+    >>> rank_cores([0, 1, 2], 1, 2)
+    (1, 2)
+    >>> rank_cores([0, 1], 2, 3)  # fewer cores than ranks
+    (0,)
+    """
+    cores = sorted(allowed)
+    n = len(cores)
+    if n < local_world_size:
+        return (cores[local_rank % n],)
+    return tuple(cores[local_rank * n // local_world_size:
+                       (local_rank + 1) * n // local_world_size])
+
+
 def check_cpu_affinity(cpu_affinity, n_workers):
     """Check ``cpu_affinity=`` up front: ``None`` (where the OS likes),
-    ``"auto"`` (worker ``i`` on the ``i``-th core, round robin, of those
-    this process may use: ``os.sched_getaffinity(0)``), or one collection
-    of cores per worker. Returns it, the collections as tuples.
+    ``"auto"`` (worker ``i`` on the ``i``-th core, round robin, of this
+    rank's share, :func:`rank_cores`, of the cores this process may use,
+    ``os.sched_getaffinity(0)``: all of them but in a distributed run of
+    many ranks on this machine, :func:`local_rank`), or one collection of
+    cores per worker. Returns it, the collections as tuples.
 
     Raises
     ------
     ValueError
         This platform has no affinity call (``os.sched_setaffinity``), a
-        core this process may not use, or not one set per worker.
+        core this process may not use, not one set per worker, or (for
+        ``"auto"``) a local rank that the environment gives wrong.
     TypeError
         Anything else; the message names ``cpu_affinity``.
     """
@@ -408,6 +499,7 @@ def check_cpu_affinity(cpu_affinity, n_workers):
         if cpu_affinity != "auto":
             raise ValueError(f"cpu_affinity must be None, 'auto' or one set "
                              f"of cores per worker, got {cpu_affinity!r}")
+        local_rank()  # the workers read it again: wrong, say so here
         return cpu_affinity
     try:
         sets = [tuple(sorted(cores)) for cores in cpu_affinity]
@@ -430,14 +522,41 @@ def check_cpu_affinity(cpu_affinity, n_workers):
     return tuple(sets)
 
 
+class AutoAffinity(namedtuple("AutoAffinity",
+                              "local_rank local_world_size")):
+    """``cpu_affinity="auto"`` of the learner of local rank ``local_rank``
+    of ``local_world_size``, as its workers get it
+    (:func:`worker_cpu_affinity`)."""
+
+    __slots__ = ()
+
+
+def worker_cpu_affinity(cpu_affinity):
+    """What the workers get of a checked ``cpu_affinity``: ``"auto"`` with
+    the learner's local rank (an :class:`AutoAffinity` of
+    :func:`local_rank`), anything else as it is.
+
+    Read in the learner, so that every worker pins on its learner's share
+    whatever its environment: a fork server inherits the environment of
+    the moment it started, a Ray actor the raylet's.
+    """
+    if isinstance(cpu_affinity, str) and cpu_affinity == "auto":
+        return AutoAffinity(*local_rank())
+    return cpu_affinity
+
+
 def set_cpu_affinity(cpu_affinity, index):
     """Pin this worker (number ``index``) as ``cpu_affinity`` says (checked
-    by :func:`check_cpu_affinity`); returns the cores, or ``None``."""
+    by :func:`check_cpu_affinity`, the learner's local rank given by
+    :func:`worker_cpu_affinity`: ``"auto"`` alone reads this process's);
+    returns the cores, or ``None``."""
     if cpu_affinity is None:
         return None
-    if cpu_affinity == "auto":
-        allowed = sorted(os.sched_getaffinity(0))
-        cores = {allowed[index % len(allowed)]}
+    if isinstance(cpu_affinity, AutoAffinity) or cpu_affinity == "auto":
+        ranks = cpu_affinity if isinstance(cpu_affinity, AutoAffinity) \
+            else local_rank()
+        share = rank_cores(os.sched_getaffinity(0), *ranks)
+        cores = {share[index % len(share)]}
     else:
         cores = set(cpu_affinity[index])
     os.sched_setaffinity(0, cores)

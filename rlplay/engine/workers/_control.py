@@ -18,9 +18,9 @@ applies the calls it received, in order, at its next fragment boundary
 (with the parameters of its next fragment, never inside a fragment; the
 evaluator's, before its next evaluation), through its env
 batch (:mod:`rlplay.engine.envs.control`: every env's method, or
-``VectorEnv.call``), and stamps every fragment with the number of calls
-applied before its first step (``meta.control``; the evaluator's result,
-``Evaluation.control``)::
+``VectorEnv.call``, or each PettingZoo env's), and stamps every fragment
+with the number of calls applied before its first step
+(``meta.control``; the evaluator's result, ``Evaluation.control``)::
 
     learner                                  worker w
     -------                                  --------

@@ -65,7 +65,7 @@ class SessionSpec(NamedTuple):
     sticky : bool
     check_spaces : str
         As in :func:`rlplay.engine.core.collect`.
-    cpu_affinity : None, 'auto' or tuple of tuples
+    cpu_affinity : None, AutoAffinity or tuple of tuples
         Where each worker runs (:func:`rlplay.engine.utils.mp.
         set_cpu_affinity`), applied before it makes its envs.
     actor_device : None or tuple of torch.device

@@ -1,5 +1,5 @@
 """The restart policy, one for every supervisor (:mod:`._supervisor`'s
-processes, :mod:`._remote`'s Ray actors).
+processes, :mod:`._ray`'s Ray actors).
 
 A failed worker is replaced, generation ``g + 1`` after ``restart_delay``
 seconds, unless

@@ -2,7 +2,7 @@
 
 A :class:`Supervisor` runs the workers of one generator and owns
 everything about them that is not protocol. The protocol is an object
-that it serves (the same callbacks as :class:`~._remote.RemoteSupervisor`
+that it serves (the same callbacks as :class:`~._ray.RemoteSupervisor`
 calls): ``accounts`` (a dict per worker, which the supervisor extends),
 ``config(w, generation)`` (worker ``w``'s
 :class:`._session.WorkerConfig`), ``on_started(w)``, ``on_message(w,
