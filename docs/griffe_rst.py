@@ -14,11 +14,12 @@ which this rewrites into the Markdown that mkdocstrings renders.
   (``capacity, device, pinned : ...``) become one entry per name, so that
   each shows its own default (griffe looks up the first name's alone, and
   showed the others as required).
-- A namedtuple documented by assignment (``Fragment.__doc__ = "..."``,
-  which a static reading does not see) gets that docstring, and a
-  module's constant the comment above it (``# seconds between two
-  checks`` over ``POLL_INTERVAL = 0.1``; a run of constants under one
+- A module's constant gets the comment above it (``# seconds between
+  two checks`` over ``POLL_INTERVAL = 0.1``; a run of constants under one
   comment shares it).
+
+The namedtuples of rlplay are ``NamedTuple`` classes with docstrings of
+their own, which a static reading sees.
 
 Only the docstrings are rewritten, and only in memory, when mkdocstrings
 loads the package.
@@ -244,23 +245,6 @@ class RstToMarkdown(griffe.Extension):
                         member.docstring = griffe.Docstring(
                             comment, lineno=statement.lineno - 1,
                             parent=member)
-        for statement in node.body:
-            if not (isinstance(statement, ast.Assign)
-                    and len(statement.targets) == 1):
-                continue
-            target, value = statement.targets[0], statement.value
-            if (isinstance(target, ast.Attribute) and target.attr == "__doc__"
-                    and isinstance(target.value, ast.Name)
-                    and isinstance(value, ast.Constant)
-                    and isinstance(value.value, str)
-                    and target.value.id in mod.members
-                    and not mod.members[target.value.id].is_alias):
-                owner = mod.members[target.value.id]
-                owner.docstring = griffe.Docstring(
-                    ast.get_docstring(ast.Module(body=[ast.Expr(value)],
-                                                 type_ignores=[])),
-                    lineno=value.lineno, endlineno=value.end_lineno,
-                    parent=owner)
 
     def on_package(self, *, pkg, **kwargs):
         seen = set()

@@ -92,7 +92,7 @@ def _resolve(path):
 def test_the_api_reference_renders_the_docstrings(site):
     core = (site / "api" / "core.html").read_text()
     assert 'id="rlplay.engine.core.Fragment"' in core
-    assert "A fragment of" in core  # Fragment's docstring, set by assignment
+    assert "A fragment of" in core  # Fragment's docstring, its class's own
     same = (site / "api" / "same.html").read_text()
     assert 'id="rlplay.engine.rollout.same.rollout"' in same
     assert "Collect fragments in this process" in same

@@ -29,12 +29,12 @@ collected by older parameters (the lag of ``meta.version``) with clipped
 importance weights, on the same rows and with the same cuts, bootstraps
 and mask as :func:`gae`.
 """
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from .core.layout import terminated
+from ..core.layout import terminated
 
 __all__ = ["returns", "gae", "n_step", "terminated", "frozen", "VTrace",
            "vtrace"]
@@ -263,20 +263,24 @@ def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam,
     return _apply_mask(adv, mask, fin)
 
 
-VTrace = namedtuple("VTrace", "vs advantages rho c")
-VTrace.__doc__ = """The V-trace results of :func:`vtrace`, four tensors of
-shape ``(T, B)`` indexed by the row of the action, ``t = 0 .. T-1``, each 0
-wherever ``mask[t+1]``:
+class VTrace(NamedTuple):
+    """The V-trace results of :func:`vtrace`, four tensors of shape
+    ``(T, B)`` indexed by the row of the action, ``t = 0 .. T-1``, each 0
+    wherever ``mask[t+1]``:
 
-- ``vs``: the V-trace targets ``v_t`` of ``value[t]`` (a value loss
-  regresses ``value[:-1]`` on them);
-- ``advantages``: the policy-gradient advantages ``rho[t] * (rew[t+1] +
-  gamma * v_{t+1} - value[t])``, ``v_{t+1}`` the target of the next
-  observation (see :func:`vtrace`);
-- ``rho``: the clipped importance weights ``min(rho_bar, pi / mu)`` of the
-  actions;
-- ``c``: the trace coefficients ``lam * min(c_bar, pi / mu)``.
-"""
+    - ``vs``: the V-trace targets ``v_t`` of ``value[t]`` (a value loss
+      regresses ``value[:-1]`` on them);
+    - ``advantages``: the policy-gradient advantages ``rho[t] * (rew[t+1] +
+      gamma * v_{t+1} - value[t])``, ``v_{t+1}`` the target of the next
+      observation (see :func:`vtrace`);
+    - ``rho``: the clipped importance weights ``min(rho_bar, pi / mu)`` of
+      the actions;
+    - ``c``: the trace coefficients ``lam * min(c_bar, pi / mu)``.
+    """
+    vs: Any
+    advantages: Any
+    rho: Any
+    c: Any
 
 
 def _logp_rows(logp, name, rew):

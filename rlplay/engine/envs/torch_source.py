@@ -66,7 +66,7 @@ the fragment loop (:mod:`rlplay.engine.core.torch_loop`) and the episode
 loop (:mod:`rlplay.engine.core.torch_episodes`, which
 :func:`rlplay.engine.core.evaluate` and the ``Evaluator`` use).
 """
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 import torch
 from gymnasium.vector import (AsyncVectorEnv, AutoresetMode, SyncVectorEnv,
@@ -80,25 +80,36 @@ from .spaces import space_example
 
 __all__ = ["TorchSource", "TorchRow", "TorchStepped", "source_device"]
 
-TorchRow = namedtuple("TorchRow", "obs fin truncated final info info_mask")
-TorchRow.__doc__ = """What one step of a torch source writes: tensors on
-its device, the env axis first, as :class:`~.batch.RowOut` (``obs``,
-``final`` nested; ``fin``, ``truncated`` bool ``(B,)``; ``info``,
-``info_mask`` dicts). Every field is written at every step (``final``,
-``truncated`` may be ``None``: not recorded)."""
 
-TorchStepped = namedtuple("TorchStepped", "rew ended lost")
-TorchStepped.__doc__ = """What happened in one step of a torch source,
-tensors on its device, shape ``(B,)``.
+class TorchRow(NamedTuple):
+    """What one step of a torch source writes: tensors on
+    its device, the env axis first, as :class:`~.batch.RowOut` (``obs``,
+    ``final`` nested; ``fin``, ``truncated`` bool ``(B,)``; ``info``,
+    ``info_mask`` dicts). Every field is written at every step (``final``,
+    ``truncated`` may be ``None``: not recorded)."""
+    obs: Any
+    fin: Any
+    truncated: Any
+    final: Any
+    info: Any
+    info_mask: Any
 
-rew : tensor
-    The rewards as the source gave them (0 at lost calls).
-ended : bool tensor
-    An executed action ended the column's episode.
-lost : bool tensor or None
-    The call was lost (next-step autoreset); ``None``: the source loses
-    none.
-"""
+
+class TorchStepped(NamedTuple):
+    """What happened in one step of a torch source,
+    tensors on its device, shape ``(B,)``.
+
+    rew : tensor
+        The rewards as the source gave them (0 at lost calls).
+    ended : bool tensor
+        An executed action ended the column's episode.
+    lost : bool tensor or None
+        The call was lost (next-step autoreset); ``None``: the source loses
+        none.
+    """
+    rew: Any
+    ended: Any
+    lost: Any
 
 _CONVERTERS = ("NumpyToTorch", "JaxToTorch")
 

@@ -66,7 +66,7 @@ import functools
 import inspect
 import os
 import tempfile
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 from ..errors import RolloutTimeout
 from ..seeds import EVAL_COLLECTOR
@@ -83,23 +83,28 @@ from ._supervised import Supervised
 
 __all__ = ["Evaluator", "Evaluation"]
 
-Evaluation = namedtuple("Evaluation", "returns lengths version video control",
-                        defaults=(None, 0))
-Evaluation.__doc__ = """The result of one evaluation.
 
-returns : ndarray of float64, shape = (n,)
-lengths : ndarray of int64, shape = (n,)
-    ``n = n_episodes``, or fewer where agents of a PettingZoo env did not
-    appear in every episode of their env that the evaluation played (see
-    :func:`rlplay.engine.core.evaluate`).
-version : int
-    The parameter version evaluated (what ``submit`` returned).
-video : str or None
-    With ``record=``: the path of the video of its first episode.
-control : int
-    The number of ``call_envs`` calls that its envs had applied (all those
-    made before the ``submit``).
-"""
+class Evaluation(NamedTuple):
+    """The result of one evaluation.
+
+    returns : ndarray of float64, shape = (n,)
+    lengths : ndarray of int64, shape = (n,)
+        ``n = n_episodes``, or fewer where agents of a PettingZoo env did
+        not appear in every episode of their env that the evaluation played
+        (see :func:`rlplay.engine.core.evaluate`).
+    version : int
+        The parameter version evaluated (what ``submit`` returned).
+    video : str or None
+        With ``record=``: the path of the video of its first episode.
+    control : int
+        The number of ``call_envs`` calls that its envs had applied (all
+        those made before the ``submit``).
+    """
+    returns: Any
+    lengths: Any
+    version: Any
+    video: Any = None
+    control: Any = 0
 
 
 class _EvaluationRequests:

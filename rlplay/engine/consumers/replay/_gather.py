@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ...nested import suply
-from ...returns import n_step as _n_step
+from ..returns import n_step as _n_step
 from ._nodes import GOES_ON, TERMINATED, TRUNCATED
 
 
