@@ -35,7 +35,7 @@ class EnvControl:
             for all its agents); not ``reset``, ``step`` or ``close``.
         *args, **kwargs
             Its arguments, cloudpickled once here (at most
-            :data:`~rlplay.engine.workers._control.MAX_CALL_BYTES`).
+            :data:`~rlplay.engine.workers.MAX_CALL_BYTES`).
 
         Returns
         -------

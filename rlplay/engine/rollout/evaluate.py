@@ -40,8 +40,8 @@ env plays its lives in that many episodes of its env, so an agent that
 does not appear in all of them gives fewer results. A torch-native source
 is played where it lives (:mod:`rlplay.engine.core.torch_episodes`); the
 worker's copy of the actor runs on the CPU, or on ``actor_device``
-(:mod:`rlplay.engine.devices`; the rows of a source elsewhere are moved to the
-actor, :mod:`rlplay.engine.core.devices`).
+(:mod:`rlplay.engine.devices`; the rows of a source elsewhere are moved
+to the actor, :mod:`rlplay.engine.policy.device`).
 
 Errors and shutdown are those of :mod:`rlplay.engine.rollout.single`: a
 worker exception is raised as :class:`~rlplay.engine.errors.WorkerError`
