@@ -23,8 +23,22 @@ implement one parameter interface:
 - ``close()``.
 
 :class:`Gathered` also holds the constructor of both generators: the
-keywords they share are defined (and checked) once, here; each subclass
-adds its own keywords and starts its workers (:meth:`Gathered._start`).
+keywords they share are defined (and checked) once, here. What differs is
+a part, the *fleet* of workers (worker processes on this machine,
+:class:`~.multi.Processes`; Ray actors, :class:`~.cluster.RayActors`),
+which offers
+
+- ``devices(actor_device, n_actors)``: where each worker runs its actor
+  (:func:`~rlplay.engine.devices.worker_devices`), checked up front;
+- ``check_capacity(template, n_actors, n_buffers)``: raise
+  :class:`~rlplay.engine.errors.CapacityError` where the workers' buffers
+  would not fit;
+- ``start(generator, spec, template, n_actors, n_buffers)``: start
+  ``n_actors`` workers sharing ``spec``, with ``n_buffers`` fragments of
+  the layout ``template`` in flight, from where the generator's run says,
+  under its restart policy: it sets the generator's ``params``,
+  ``_source`` (the source of ready fragments), ``stats`` and
+  ``_supervisor``; on a failure, it closes what was made and raises.
 """
 import time
 
@@ -59,6 +73,8 @@ class Gathered(Supervised, Generator):
 
     Parameters
     ----------
+    fleet
+        The workers' fleet (see the module docstring).
     factory, actor, n_steps, n_actors, n_per_actor, n_buffers, n_per_batch
         As documented by the subclass.
     max_lag : int, optional
@@ -68,14 +84,14 @@ class Gathered(Supervised, Generator):
     cpu_affinity, resume, actor_device
         The shared keywords (:mod:`rlplay.engine.rollout`).
 
-    A subclass starts its workers in :meth:`_start`, which sets
+    The fleet starts the workers (``fleet.start``), which sets
     ``params``, ``_source`` (the source of ready fragments), ``stats``
     (:class:`~._base.Stats`, by :meth:`~._base.SetUp._count`) and
     ``_supervisor``.
     """
 
-    def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, max_lag=None, entropy=None,
+    def __init__(self, fleet, factory, actor, n_steps, n_actors,
+                 n_per_actor, n_buffers, n_per_batch, *, max_lag=None, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
                  pinned=False, copy=True, check_spaces="first",
                  timeout=TIMEOUT, start_timeout=START_TIMEOUT,
@@ -97,7 +113,7 @@ class Gathered(Supervised, Generator):
             restarts=restarts, restart_delay=restart_delay, sticky=sticky,
             check_spaces=check_spaces, cpu_affinity=cpu_affinity)
         check_pool(n_buffers, n_per_batch, n_actors)
-        devices = self._devices(actor_device, n_actors)
+        devices = fleet.devices(actor_device, n_actors)
         self.max_lag, self.n_per_batch = max_lag, n_per_batch
         # the workers' actor is a CPU copy; the buffers are sized with it
         # here from a probe env that the factory makes and we close at once
@@ -108,28 +124,10 @@ class Gathered(Supervised, Generator):
         check_hx_dim(template.hx, self.hx_dim, n_per_actor)
         # before the learner's batch is allocated (zero-filled gigabytes
         # for a pool that would not fit anyway)
-        self._check_capacity(template, n_actors, n_buffers)
+        fleet.check_capacity(template, n_actors, n_buffers)
         self._collation = Collation(template, self.hx_dim, n_per_batch,
                                     self.delivery.host_pinned, sticky)
-        self._start(spec, template, n_actors, n_buffers)
-
-    def _devices(self, actor_device, n_actors):
-        """Where each worker runs its actor
-        (:func:`~rlplay.engine.devices.worker_devices`), checked up front."""
-        raise NotImplementedError
-
-    def _check_capacity(self, template, n_actors, n_buffers):
-        """Raise :class:`~rlplay.engine.errors.CapacityError` where the
-        workers' buffers would not fit (nothing to check by default)."""
-
-    def _start(self, spec, template, n_actors, n_buffers):
-        """Start ``n_actors`` workers sharing ``spec``, with ``n_buffers``
-        fragments of the layout ``template`` in flight, from where the run
-        (``_run``, a :class:`~._resume.Continuation`) says, under the
-        restart policy (``_policy``), counting in ``stats``
-        (:meth:`~._base.SetUp._count`); on a failure, close what was made
-        and raise."""
-        raise NotImplementedError
+        fleet.start(self, spec, template, n_actors, n_buffers)
 
     def state_dict(self):
         """What rlplay owns of this run, for ``resume=`` (see

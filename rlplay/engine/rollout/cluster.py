@@ -108,12 +108,12 @@ import itertools
 import math
 import warnings
 
-from ..pool import layout
-from ._base import PoolKeywords, Stats, Unpack, spell_out
 from ..devices import worker_devices
+from ..pool import layout
 from ..workers import (WORKER_THREADS, Arrival, Buffers, Collation,
                        RayParams, ReadyQueue, RemoteSupervisor, WorkerConfig,
                        join, new_account, ray_options)
+from ._base import PoolKeywords, Stats, Unpack, spell_out
 from ._gather import Gathered
 
 try:
@@ -121,7 +121,7 @@ try:
 except ImportError:  # optional: Rollout() says how to install it
     ray = None
 
-__all__ = ["rollout", "Rollout", "RayRequests", "placeable"]
+__all__ = ["rollout", "Rollout", "RayRequests", "RayActors", "placeable"]
 
 # what a worker may ask of Ray (keywords of ray.remote's options), by the
 # name of the resource in ray.cluster_resources()
@@ -274,6 +274,44 @@ class RayRequests:
         self.ready.close()
 
 
+class RayActors:
+    """The fleet of ``cluster`` (see :mod:`._gather`): Ray actors with
+    the actor ``options``, on the cluster at ``address``, serving requests
+    (:class:`RayRequests`)."""
+
+    def __init__(self, options, address=None):
+        self.options, self.address = options, address
+
+    def devices(self, actor_device, n_actors):
+        return worker_devices(actor_device, n_actors,
+                              ray_options=self.options)
+
+    def check_capacity(self, template, n_actors, n_buffers):
+        """Nothing to check: the fragments travel through Ray's object
+        store."""
+
+    def start(self, generator, spec, template, n_actors, n_buffers):
+        run, release = generator._run, join(self.address)
+        try:
+            _check_placement(self.options, n_actors)
+            generator._source = requests = RayRequests(
+                ray.put(spec), Buffers(None, *layout(template)), n_actors,
+                n_buffers, run)
+            generator._count(Stats(requests.accounts))
+            requests.params = generator.params = RayParams(generator.actor,
+                                                           run.version)
+            # the protocol calls its workers from on_started()
+            requests.supervisor = RemoteSupervisor(
+                n_actors, requests, options=self.options, release=release,
+                owner=generator, run=run, calls=generator._calls,
+                **generator._policy)
+        except BaseException:
+            release()  # no supervisor holds it yet
+            generator._close(graceful=False)
+            raise
+        generator._supervise(lambda: requests.supervisor)
+
+
 class Rollout(Gathered):
     """The generator that :func:`rollout` returns (documented there)."""
 
@@ -287,34 +325,9 @@ class Rollout(Gathered):
                               "'path/to/rlplay[cluster]' (rlplay's clone "
                               "with its cluster extra), or pip install "
                               "'ray>=2.40'")
-        self._options = ray_options(actor_options)
-        self._address = address
-        super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
+        super().__init__(RayActors(ray_options(actor_options), address),
+                         factory, actor, n_steps, n_actors, n_per_actor,
                          n_buffers, n_per_batch, **kwargs)
-
-    def _devices(self, actor_device, n_actors):
-        return worker_devices(actor_device, n_actors,
-                              ray_options=self._options)
-
-    def _start(self, spec, template, n_actors, n_buffers):
-        run, release = self._run, join(self._address)
-        try:
-            _check_placement(self._options, n_actors)
-            self._source = requests = RayRequests(
-                ray.put(spec), Buffers(None, *layout(template)), n_actors,
-                n_buffers, run)
-            self._count(Stats(requests.accounts))
-            requests.params = self.params = RayParams(self.actor,
-                                                      run.version)
-            # the protocol calls its workers from on_started()
-            requests.supervisor = RemoteSupervisor(
-                n_actors, requests, options=self._options, release=release,
-                owner=self, run=run, calls=self._calls, **self._policy)
-        except BaseException:
-            release()  # no supervisor holds it yet
-            self._close(graceful=False)
-            raise
-        self._supervise(lambda: requests.supervisor)
 
     @property
     def nodes(self):

@@ -107,13 +107,43 @@ Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
 """
-from ..utils.mp import get_context
-from ._base import PoolKeywords, Unpack, spell_out
 from ..devices import worker_devices
+from ..utils.mp import get_context
 from ..workers import SharedBuffers
+from ._base import PoolKeywords, Unpack, spell_out
 from ._gather import Gathered
 
-__all__ = ["rollout", "Rollout"]
+__all__ = ["rollout", "Rollout", "Processes"]
+
+
+def _what(n_actors, n_buffers):
+    return f"a pool of {n_buffers} buffers for {n_actors} workers"
+
+
+class Processes:
+    """The fleet of ``multi`` (see :mod:`._gather`): worker processes on
+    this machine, started with ``start_method``, filling a pool of shared
+    buffers (:class:`~rlplay.engine.workers.SharedBuffers`)."""
+
+    def __init__(self, start_method=None):
+        self.context = get_context(start_method)
+
+    def devices(self, actor_device, n_actors):
+        return worker_devices(actor_device, n_actors,
+                              start_method=self.context.get_start_method())
+
+    def check_capacity(self, template, n_actors, n_buffers):
+        SharedBuffers.check_capacity(
+            template, n_buffers, n_actors, what=_what(n_actors, n_buffers),
+            start_method=self.context.get_start_method())
+
+    def start(self, generator, spec, template, n_actors, n_buffers):
+        ctx, run = self.context, generator._run
+        generator._workers(ctx, n_actors, lambda params: SharedBuffers(
+            template, n_buffers, n_actors, spec, params,
+            what=_what(n_actors, n_buffers),
+            start_method=ctx.get_start_method(), run=run),
+            name="rlplay-multi")
 
 
 class Rollout(Gathered):
@@ -124,31 +154,9 @@ class Rollout(Gathered):
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, start_method=None,
                  **kwargs: Unpack[PoolKeywords]):
-        self._context = get_context(start_method)
-        super().__init__(factory, actor, n_steps, n_actors, n_per_actor,
-                         n_buffers, n_per_batch, **kwargs)
-
-    def _devices(self, actor_device, n_actors):
-        return worker_devices(actor_device, n_actors,
-                              start_method=self._context.get_start_method())
-
-    def _check_capacity(self, template, n_actors, n_buffers):
-        SharedBuffers.check_capacity(
-            template, n_buffers, n_actors, what=self._what(n_actors,
-                                                           n_buffers),
-            start_method=self._context.get_start_method())
-
-    @staticmethod
-    def _what(n_actors, n_buffers):
-        return f"a pool of {n_buffers} buffers for {n_actors} workers"
-
-    def _start(self, spec, template, n_actors, n_buffers):
-        ctx = self._context
-        self._workers(ctx, n_actors, lambda params: SharedBuffers(
-            template, n_buffers, n_actors, spec, params,
-            what=self._what(n_actors, n_buffers),
-            start_method=ctx.get_start_method(), run=self._run),
-            name="rlplay-multi")
+        super().__init__(Processes(start_method), factory, actor, n_steps,
+                         n_actors, n_per_actor, n_buffers, n_per_batch,
+                         **kwargs)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
