@@ -238,6 +238,9 @@ def collect(actor, buffer, ctx, *, sticky=False, version=0,
     if _torch(ctx.envs):
         return torch_loop.collect(actor, buffer, ctx, sticky=sticky,
                                   version=version, check_spaces=check_spaces)
+    # one function on purpose: the step loop below is the hot path of
+    # every generator, its names bound once per fragment; a call more per
+    # row is a measurable share of a small env's step
     mode = check_spaces_mode(check_spaces)
     checking = mode == "always" or (mode == "first"
                                     and not ctx.spaces_checked)
