@@ -23,7 +23,7 @@ import ast
 from pathlib import Path
 
 __all__ = ["LAYERS", "CONSUMERS", "layer", "modules", "violations",
-           "cycles"]
+           "cycles", "depends"]
 
 # the layers, bottom first: each module is in the layer of its longest
 # prefix here
@@ -263,4 +263,40 @@ def cycles(root):
                             break
                     if len(component) > 1:
                         found.append(sorted(component))
+    return found
+
+
+def _home(package, name, mods, trees, seen=()):
+    """The module that defines ``name`` of ``package`` (following the
+    package ``__init__``'s own imports), or ``package`` itself."""
+    if package in seen or package not in trees:
+        return package
+    for _, target, names, top in _imports(package, mods, trees[package]):
+        if top and names and name in names and target != package:
+            if mods.get(target, (None, False))[1]:
+                return _home(target, name, mods, trees, seen + (package,))
+            return target
+    return package
+
+
+def depends(root, module):
+    """The modules that ``module``'s module-level imports depend on,
+    directly or not, each imported name followed to the module that
+    defines it (so that importing ``Session`` from the ``workers`` package
+    depends on ``workers._session``, not on everything the package's
+    ``__init__`` imports)."""
+    mods = modules(root)
+    trees = _parse(mods)
+    found, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        for _, target, names, top in _imports(name, mods, trees[name]):
+            if not top or target not in mods:
+                continue
+            homes = [target] if names is None or not mods[target][1] else \
+                [_home(target, n, mods, trees) for n in names]
+            for home in homes:
+                if home not in found and home != module:
+                    found.add(home)
+                    todo.append(home)
     return found

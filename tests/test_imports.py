@@ -27,6 +27,23 @@ def test_no_module_level_import_cycle():
     assert import_contract.cycles(PACKAGE) == []
 
 
+def test_same_depends_on_no_supervisor():
+    """``same`` runs no process: its imports reach the worker session, not
+    the supervisors; ``multi`` and ``cluster`` reach theirs."""
+    supervisors = {"rlplay.engine.workers._supervisor",
+                   "rlplay.engine.workers._ray",
+                   "rlplay.engine.rollout._supervised"}
+    assert import_contract.depends(
+        PACKAGE, "rlplay.engine.rollout.same") & supervisors == set()
+    assert "rlplay.engine.workers._session" in import_contract.depends(
+        PACKAGE, "rlplay.engine.rollout.same")
+    assert import_contract.depends(
+        PACKAGE, "rlplay.engine.rollout.multi") >= {
+        "rlplay.engine.workers._supervisor", "rlplay.engine.rollout._supervised"}
+    assert "rlplay.engine.workers._ray" in import_contract.depends(
+        PACKAGE, "rlplay.engine.rollout.cluster")
+
+
 def test_every_module_has_a_layer():
     assert [name for name in import_contract.modules(PACKAGE)
             if import_contract.layer(name) is None] == []
