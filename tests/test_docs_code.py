@@ -37,7 +37,8 @@ BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
 # what a block needs, by what it says: the module that must be importable
 NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
          "import simple_spread": "mpe2",
-         "import SummaryWriter": "tensorboard"}
+         "import SummaryWriter": "tensorboard", "import gymnax": "gymnax",
+         "jax.numpy as jnp": "jax"}
 # a bound on one block (bounds.py says why)
 from bounds import MARGIN, DOC_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there
