@@ -6,7 +6,8 @@ CPU; skipped where JAX or gymnax is absent.
   the gymnax env itself gives with the same keys and actions (gymnax's
   own auto-resetting ``step``, one env at a time): observations, the true
   last observations, rewards, ends, time limits as truncations, step
-  counts and episode statistics.
+  counts and episode statistics; a masked reset resets those envs alone,
+  with the documented keys.
 - Its fragments equal those of Gymnasium's CartPole (a ``SyncVectorEnv``
   in same-step autoreset under ``TimeLimit``, driven with gymnax's reset
   states) where their equations agree: the same ends, truncations,
@@ -188,6 +189,35 @@ def test_a_factory_gives_a_torch_source_of_every_column():
         Gymnax(*gymnax_cartpole(), num_envs=0)
 
 
+def test_a_masked_reset_resets_those_envs_alone():
+    """``reset(options={"reset_mask": mask})``: the envs of the mask get
+    the reset observations of the next key (the documented schedule), the
+    others keep theirs and step on from their own state."""
+    env, params = gymnax_cartpole()
+    source = jax_cartpole()
+    source.reset(seed=5)
+    push = torch.ones(B, dtype=torch.int64)
+    before, *_ = source.step(push)
+    before = before.clone()
+    key = jax.random.split(jax.random.split(jax.random.key(5))[0])[0]
+    mask = torch.tensor([True, False, True, False, False])
+    obs, info = source.reset(options={"reset_mask": mask})
+    key, sub = jax.random.split(key)
+    fresh = [env.reset(k, params) for k in jax.random.split(sub, B)]
+    for j in np.flatnonzero(mask.numpy()):
+        np.testing.assert_array_equal(obs[j].numpy(), fresh[j][0])
+    assert torch.equal(obs[~mask], before[~mask]) and info == {}
+    # the next step starts the reset envs from their reset states
+    after, *_ = source.step(push)
+    _, sub = jax.random.split(key)
+    keys = jax.random.split(sub, B)
+    for j in np.flatnonzero(mask.numpy()):
+        want, *_ = env.step(keys[j], fresh[j][1], 1, params)
+        np.testing.assert_array_equal(after[j].numpy(), want)
+    with pytest.raises(ValueError, match="reset_mask must have shape"):
+        source.reset(options={"reset_mask": torch.ones(3, dtype=bool)})
+
+
 # ------------------------------------------------ Gymnasium's CartPole --
 
 class GymnaxOracle:
@@ -323,13 +353,12 @@ def test_call_envs_sets_gymnax_params_between_fragments():
     assert not first.truncated.any()
     assert torch.all(first.meta.control == 0)
     assert torch.all(second.meta.control == 1)
-    # the envs past 4 steps truncate at the first step, then every 4
-    for f in (second, third):
-        ends = f.truncated[1:]
-        assert ends.any()
-        assert (f.stats.length[1:][ends & (f.state.stepno[:-1] >= 3)]
-                > 0).all()
+    # the envs past 4 steps truncate at their first step, then every 4
+    ends = second.truncated[1:]
+    assert ends[0].all() and (second.stats.length[1][ends[0]] > 4).all()
+    assert (second.stats.length[2:][ends[1:]] == 4).all()
     assert (third.stats.length[1:][third.truncated[1:]] == 4).all()
+    assert third.truncated.sum() >= 2 * B
 
 
 def test_evaluate_and_the_evaluator():
