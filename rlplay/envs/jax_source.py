@@ -2,18 +2,21 @@
 with ``jax.jit`` where JAX put it, its outputs handed to torch through
 DLPack without a copy, so that rlplay's torch loops (the fragment loop
 of ``same``, ``single`` and ``multi``, the episode loop of ``evaluate``
-and the ``Evaluator``) collect it as any torch source.
+and the ``Evaluator``) collect it as any torch source. (Workers must be
+spawned, ``start_method="spawn"``: JAX does not survive a fork of a
+process that runs it.)
 
 Three pieces:
 
 - :class:`JaxEnv`, the protocol a batched JAX env meets (gymnax, Brax
-  and MJX-style envs fit it through a small adapter): pure functions of
+  and MJX-style envs fit it through a small adapter; rlplay ships
+  gymnax's, :class:`Gymnax`): pure functions of
   a key, a state, a batch of actions and the env's parameters, which
   :class:`JaxSource` compiles once;
 - :class:`JaxSource`, a Gymnasium ``VectorEnv`` in same-step autoreset
   whose outputs are torch tensors on the device of the JAX arrays (a
   torch-native source: it has ``device``); a factory returns it;
-- :class:`Gymnax`, the protocol for a gymnax ``Environment``.
+- :class:`Gymnax`, the protocol met by a gymnax ``Environment``.
 
 The protocol (:class:`JaxEnv`)
 ------------------------------
