@@ -458,17 +458,22 @@ def test_agents_prints_rlplay_and_its_peers():
 
 
 def test_torch_envs_prints_its_rows_and_says_without_a_gpu():
-    """``torch_envs.py``: the torch rows beside the numpy ones, each with
-    its spread and its ratio to its section's hand loop; without CUDA a
-    line says so."""
+    """``torch_envs.py``: the torch rows beside the numpy and the JAX ones
+    (skipped, saying why, without gymnax), each with its spread and its
+    ratio to its section's hand loop; without CUDA a line says so."""
     out = run("torch_envs.py", "--json", "--rounds", "2", "--duration",
               "0.1", "--sizes", "32", "--steps", "8")
     rows = json_rows(out)
     assert set(rows) == {f"{s}/{r}" for s, r in (
         ("torch.32", "hand"), ("torch.32", "same.rollout"),
         ("torch.32", "same.rollout.alternating"), ("numpy.32", "hand"),
-        ("numpy.32", "same.rollout"))}
-    for row in rows.values():
+        ("numpy.32", "same.rollout"), ("jax.32", "hand"),
+        ("jax.32", "same.rollout"), ("jax.32", "same.rollout.alternating"))}
+    have_gymnax = importlib.util.find_spec("gymnax") is not None
+    for name, row in rows.items():
+        if name.startswith("jax.") and not have_gymnax:
+            assert "pip install rlplay[jax]" in row["skipped"]
+            continue
         assert row["min"] <= row["steps_per_s"] <= row["max"]
         assert row["x_hand_min"] <= row["x_hand"] <= row["x_hand_max"]
     if not torch_cuda_available():
