@@ -7,8 +7,7 @@
   (gymnax's, or any that meets the :class:`JaxEnv` protocol) as
   torch-native sources through DLPack (:mod:`.jax_source`; needs JAX,
   ``pip install -e 'path/to/rlplay[jax]'``, imported when one of these
-  names is first
-  used).
+  names is first used).
 """
 from .cartpole import TorchCartPole
 
