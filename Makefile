@@ -3,7 +3,8 @@
 # the CPU build by constraints.txt), then run. `make demo` needs the demo
 # extra alone (tqdm); `make test` installs every extra the suite and the
 # benchmarks use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE,
-# MuJoCo, Jupyter, TensorBoard, MkDocs, build and twine...: a few GB);
+# MuJoCo, JAX and gymnax, Jupyter, TensorBoard, MkDocs, build and
+# twine...: a few GB);
 # `make docs` the docs extra (MkDocs and its plugins), then builds the
 # documentation into site/; `make dist` the release extra (build, twine),
 # then builds the sdist and the wheel of a release into dist/ and checks
@@ -23,7 +24,7 @@ SETUP := setup.cfg pyproject.toml constraints.txt
 
 # the extras each stamp installs
 EXTRAS_demo := demo
-EXTRAS_test := test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,pettingzoo,torch-envs,docs
+EXTRAS_test := test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,jax,pettingzoo,torch-envs,docs
 EXTRAS_release := release
 EXTRAS_docs := docs
 

@@ -24,7 +24,7 @@ import traceback
 import numpy as np
 import torch
 
-__all__ = ["WARMUP_SECONDS", "Row", "timed", "alternated",
+__all__ = ["WARMUP_SECONDS", "Row", "timed", "warm_workers", "alternated",
            "timed_in_processes", "measure",
            "stats", "paired", "median", "record", "print_json", "spread",
            "fmt"]
@@ -71,6 +71,43 @@ def timed(fragment, steps_per_fragment, seconds, on_start=None):
             steps = n * steps_per_fragment
             return {"steps_per_s": steps / elapsed, "steps": steps,
                     "learner_cpu": (time.process_time() - cpu) / elapsed}
+
+
+def warm_workers(feed, fragments=2, seconds=None):
+    """Take batches from the generator ``feed`` until each of its workers
+    has delivered ``fragments`` fragments (its ``stats["workers"]``), so
+    that a row of workers is timed once they all run, as the copies of
+    :func:`timed_in_processes` are each built and warm before the window.
+
+    The first batches of a generator may all come from its first worker:
+    the learner starts its workers one after the other, and under
+    ``forkserver`` each re-runs the benchmark script before it reads its
+    work (CPython up to 3.12 does not preload ``__main__``: gh-126631), while
+    the learner's ``start()`` of the next one waits for that read. Timed
+    from there, a row of two workers times one of them and the other's
+    start-up. Nothing to do for a generator without workers (``same``) or
+    without these stats (an older checkout).
+
+    Raises
+    ------
+    RuntimeError
+        A worker delivered fewer within ``seconds`` (default
+        :data:`SET_UP_SECONDS`).
+    """
+    stats = getattr(feed, "stats", None)
+    if not hasattr(stats, "get") or not stats.get("workers"):
+        return
+    seconds = SET_UP_SECONDS if seconds is None else seconds
+    deadline = time.monotonic() + seconds
+    while True:
+        delivered = [w.get("delivered", 0) for w in feed.stats["workers"]]
+        if min(delivered) >= fragments:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the workers delivered {delivered} fragments within "
+                f"{seconds} s, not {fragments} each")
+        next(feed)
 
 
 def alternated(fragments, steps_per_fragment, seconds):

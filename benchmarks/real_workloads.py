@@ -28,7 +28,7 @@ import torch
 from gymnasium.vector import AsyncVectorEnv
 from torch import nn
 
-from harness import Row, timed, timed_in_processes
+from harness import Row, timed, timed_in_processes, warm_workers
 from rlplay.engine import FeedForwardActor, flatten
 from rlplay.engine.rollout import same
 from workloads import (N_ACTORS, Arrays, NatureCNN, clipper, hand_loop,
@@ -215,9 +215,10 @@ def with_memory(run, bytes_per_step, shm_per_worker=None):
 
 def rlplay_run(module, factory, actor, n_steps, *counts, n_workers=0):
     """A row's ``run``: ``module.rollout(factory, actor, n_steps, *counts,
-    entropy=0)`` timed without training, with the bytes per env step of
-    its first batch and its workers' shared buffers (the pool, of
-    ``SharedBuffers``, over the workers: each holds as many)."""
+    entropy=0)`` timed without training once each of its workers has
+    delivered two fragments (:func:`~harness.warm_workers`), with the bytes
+    per env step of its first batch and its workers' shared buffers (the
+    pool, of ``SharedBuffers``, over the workers: each holds as many)."""
     def run(seconds):
         if module is None:
             return "not available (import failed)"
@@ -228,6 +229,7 @@ def rlplay_run(module, factory, actor, n_steps, *counts, n_workers=0):
             pool = getattr(getattr(feed, "_source", None), "segment", None)
             shm = None if not n_workers else (
                 None if pool is None else pool.nbytes / n_workers)
+            warm_workers(feed)
             return dict(timed(lambda: next(feed), steps, seconds),
                         bytes_per_step=nbytes(batch) / steps,
                         shm_per_worker=shm)

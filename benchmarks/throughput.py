@@ -28,7 +28,7 @@ import harness
 import rlplay
 from analysis import analyse, print_table
 from harness import (Row, alternated, measure, print_json, timed,
-                     timed_in_processes)
+                     timed_in_processes, warm_workers)
 from profiling import profile, profile_costs, run_profile
 from real_workloads import REAL_WORKLOADS, real_rows
 from rlplay.engine import PolicyActor
@@ -48,11 +48,20 @@ try:
     from rlplay.engine.rollout import multi
 except ImportError:
     multi = None
-try:
-    import ray  # noqa: F401 - the cluster row needs it
-    from rlplay.engine.rollout import cluster
-except ImportError:
-    cluster = None
+
+
+def cluster_module():
+    """``rlplay.engine.rollout.cluster``, imported when its row runs
+    (``None`` without Ray): Ray's import takes seconds, and under
+    ``forkserver`` every worker of the other rows re-runs this script
+    before it starts (CPython up to 3.12 does not preload ``__main__``:
+    gh-126631), so an import here would be paid by each of them."""
+    try:
+        import ray  # noqa: F401 - the cluster row needs it
+        from rlplay.engine.rollout import cluster
+    except ImportError:
+        return None
+    return cluster
 
 
 def generator(module, factory, actor, n_steps, *counts, steps_per_batch,
@@ -92,6 +101,7 @@ def normalized(module, factory, actor, n_steps, *counts, steps_per_batch):
         norm = RunningNorm(probe.observation_space.shape)
         probe.close()
         with closing(feed):
+            warm_workers(feed)
             return timed(lambda: norm.update_from(next(feed)),
                          steps_per_batch, seconds)
     return run
@@ -194,9 +204,9 @@ def rows(env_name, profile_rows=False):
             lambda s: run_vector(AsyncVectorEnv, factory, actor, n_steps, s),
             "async"),
         # multi.rollout's layout, the workers being Ray actors
-        row("cluster.rollout",
-            gen(cluster, N_ACTORS, n_per_actor, 2 * N_ACTORS, N_ACTORS),
-            f"{n2}x{n_per_actor}"),
+        row("cluster.rollout", lambda s: gen(
+            cluster_module(), N_ACTORS, n_per_actor, 2 * N_ACTORS,
+            N_ACTORS)(s), f"{n2}x{n_per_actor}"),
     ]
     if profile_rows:
         table += [

@@ -26,6 +26,16 @@ every one stepping ``n`` CartPoles with the benchmarks' actor (a
     Gymnasium's ``CartPoleVectorEnv`` (numpy, next-step autoreset) driven
     by the same actor into preallocated arrays, and ``same.rollout`` over
     it (the numpy fragment loop, lost calls marked).
+``jax.n/hand``, ``jax.n/same.rollout``, ``jax.n/same.rollout.alternating``
+    gymnax's CartPole (JAX, on JAX's default device): by hand, one
+    jit-compiled call a row (a key split, gymnax's own auto-resetting
+    ``step`` under ``jax.vmap``), the actions to JAX and the outputs to
+    torch through DLPack, written into preallocated ``(1 + T, n)``
+    tensors; ``same.rollout`` over ``rlplay.envs.JaxSource(Gymnax(...))``
+    (the torch fragment loop: true last observations, time limits as
+    truncations, statistics); and the two alternating, as for torch.
+    Skipped, saying so, where JAX or gymnax is missing (``pip install -e
+    'path/to/rlplay[jax]'``).
 
 Every row runs once per round, rows in turn (``harness.measure``);
 steps/s are medians over ``--rounds`` rounds with their spread
@@ -143,6 +153,86 @@ def rollout_numpy(n_envs, n_steps):
     return (lambda: next(feed)), feed.close
 
 
+def _gymnax():
+    """gymnax's CartPole and its parameters, or why not."""
+    try:
+        import gymnax
+    except ImportError:
+        return ("JAX or gymnax is missing "
+                "(pip install -e 'path/to/rlplay[jax]')")
+    return gymnax.make("CartPole-v1")
+
+
+def hand_jax(n_envs, n_steps, device):
+    """The hand-written loop over gymnax's CartPole: ``(fragment,
+    close)``."""
+    import jax
+    import jax.numpy as jnp
+    env, params = _gymnax()
+    params = jax.tree.map(jnp.asarray, params)
+
+    @jax.jit
+    def reset(key):
+        key, sub = jax.random.split(key)
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(sub, n_envs), params)
+        return key, state, obs
+
+    @jax.jit
+    def step(key, state, action):
+        key, sub = jax.random.split(key)
+        obs, state, rew, done, _ = jax.vmap(
+            env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(sub, n_envs), state, action, params)
+        return key, state, obs, rew, done
+
+    actor = _actor(device)
+    obs = torch.zeros((n_steps + 1, n_envs, 4), device=device)
+    act = torch.zeros((n_steps + 1, n_envs), dtype=torch.int64,
+                      device=device)
+    rew = torch.zeros((n_steps + 1, n_envs), device=device)
+    done = torch.zeros((n_steps + 1, n_envs), dtype=torch.bool,
+                       device=device)
+    carry = list(reset(jax.random.key(0)))
+    obs[0] = torch.from_dlpack(carry[2])
+    sync = _sync(device)
+
+    def fragment():
+        key, state = carry[:2]
+        for t in range(n_steps):
+            act[t + 1] = actor.sample(obs[t:t + 1])[0]
+            key, state, x, r, d = step(
+                key, state, jnp.from_dlpack(act[t + 1].to(torch.int32)))
+            obs[t + 1] = torch.from_dlpack(x)
+            rew[t + 1] = torch.from_dlpack(r)
+            done[t + 1] = torch.from_dlpack(d)
+        carry[:2] = key, state
+        obs[0] = obs[n_steps]
+        sync()
+    return fragment, lambda: None
+
+
+def rollout_jax(n_envs, n_steps, device):
+    """``same.rollout`` over ``JaxSource(Gymnax(CartPole, n_envs))``."""
+    from rlplay.envs import Gymnax, JaxSource
+    env = Gymnax(*_gymnax(), num_envs=n_envs)
+    feed = same.rollout(functools.partial(JaxSource, env), _actor(device),
+                        n_steps, n_envs, entropy=0, copy=False)
+    sync = _sync(device)
+
+    def fragment():
+        next(feed)
+        sync()
+    return fragment, feed.close
+
+
+def _needs_gymnax(run):
+    def checked(seconds):
+        missing = _gymnax()
+        return missing if isinstance(missing, str) else run(seconds)
+    return checked
+
+
 def _timed(make, steps):
     def run(seconds):
         fragment, close = make()
@@ -153,10 +243,11 @@ def _timed(make, steps):
     return run
 
 
-def _alternated(n_envs, n_steps, device):
+def _alternated(n_envs, n_steps, device, rollout=rollout_torch,
+                hand=hand_torch):
     def run(seconds):
-        loops = {"rlplay": rollout_torch(n_envs, n_steps, device),
-                 "hand": hand_torch(n_envs, n_steps, device)}
+        loops = {"rlplay": rollout(n_envs, n_steps, device),
+                 "hand": hand(n_envs, n_steps, device)}
         # each call's CPU time too (this thread's): on a machine that other
         # work loads, the wall time of a call includes the time the thread
         # waited for a core
@@ -198,6 +289,16 @@ def rows(sizes, n_steps, device):
                 hand_numpy, n, n_steps), steps)),
             Row(f"numpy.{n}/same.rollout", _timed(functools.partial(
                 rollout_numpy, n, n_steps), steps)),
+        ]
+        # JAX on its default device, the actor on the CPU
+        cpu = torch.device("cpu")
+        out += [
+            Row(f"jax.{n}/hand", _needs_gymnax(_timed(functools.partial(
+                hand_jax, n, n_steps, cpu), steps))),
+            Row(f"jax.{n}/same.rollout", _needs_gymnax(_timed(
+                functools.partial(rollout_jax, n, n_steps, cpu), steps))),
+            Row(f"jax.{n}/same.rollout.alternating", _needs_gymnax(
+                _alternated(n, n_steps, cpu, rollout_jax, hand_jax))),
         ]
     return out
 

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
-from harness import timed
+from harness import timed, warm_workers
 from rlplay.engine import FeedForwardActor
 
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
@@ -431,8 +431,11 @@ def run_bare_loop(make_venv, actor, n_steps, seconds, n_envs=N_VECTOR):
 
 
 def run_generator(feed, steps_per_batch, seconds, on_start=None):
-    """Time an rlplay generator's batches (no training); closes it."""
+    """Time an rlplay generator's batches (no training) once each of its
+    workers has delivered two fragments (:func:`~harness.warm_workers`);
+    closes it."""
     with closing(feed):
+        warm_workers(feed)
         return timed(lambda: next(feed), steps_per_batch, seconds, on_start)
 
 

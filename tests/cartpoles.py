@@ -99,10 +99,11 @@ class OracleCartPole(CartPoleEnv):
 class OracleSync(SyncVectorEnv):
     """A ``SyncVectorEnv`` of :class:`OracleCartPole`: a step draws the
     next block, a full reset starts the oracle (a partial one draws
-    none)."""
+    none). ``oracle`` draws the blocks (an :class:`Oracle` by default: any
+    object with its ``start``, ``advance`` and ``block``)."""
 
-    def __init__(self, num_envs, max_episode_steps, mode):
-        oracle = Oracle(num_envs)
+    def __init__(self, num_envs, max_episode_steps, mode, oracle=None):
+        oracle = Oracle(num_envs) if oracle is None else oracle
         super().__init__([functools.partial(
             lambda j: TimeLimit(OracleCartPole(oracle, j), max_episode_steps),
             j) for j in range(num_envs)], autoreset_mode=mode)

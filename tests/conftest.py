@@ -220,7 +220,8 @@ def no_child_left_behind():
 # the extra is installed and is skipped, saying which, where it is not
 # (this hook sees every item of the session, rlplay's doctests included):
 # the module whose examples need an extra, and the package it installs
-_EXTRAS = {"rlplay.engine.rollout.cluster": "ray"}
+_EXTRAS = {"rlplay.engine.rollout.cluster": "ray",
+           "rlplay.envs.jax_source": "gymnax"}
 
 
 def _uses_ray(item):

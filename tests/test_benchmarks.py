@@ -234,6 +234,45 @@ def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
     assert rates["slow"]["steps_per_s"] == pytest.approx(6400 / 3)
 
 
+def test_warm_workers_waits_for_every_worker_and_names_a_late_one(
+        monkeypatch):
+    """A generator whose first batches all come from its first worker:
+    batches are taken until each worker has delivered two fragments, none
+    from a generator without workers (or without their stats), and a
+    worker that delivers nothing within the bound is named in the error
+    (a clock of its own: one second a batch)."""
+    harness = load_harness()
+    clock = [0.0]
+    monkeypatch.setattr(harness.time, "monotonic", lambda: clock[0])
+
+    class Feed:
+        def __init__(self, arrivals, n_workers=2):
+            self.arrivals = iter(arrivals)
+            self.stats = {"workers": [{"delivered": 0}
+                                      for _ in range(n_workers)]}
+            self.batches = 0
+
+        def __next__(self):
+            for worker in next(self.arrivals):
+                self.stats["workers"][worker]["delivered"] += 1
+            self.batches += 1
+            clock[0] += 1.0
+
+    feed = Feed([(0, 0), (0, 0), (0, 1), (0, 1), (0, 1)])
+    harness.warm_workers(feed)
+    assert feed.batches == 4
+    assert [w["delivered"] for w in feed.stats["workers"]] == [6, 2]
+
+    for idle in (Feed([], n_workers=0), object()):  # same.rollout, older
+        harness.warm_workers(idle)
+    assert clock[0] == 4.0
+
+    late = Feed([(0, 0)] * 10)
+    with pytest.raises(RuntimeError, match=r"delivered \[6, 0\] fragments"):
+        harness.warm_workers(late, seconds=2.5)
+    assert late.batches == 3
+
+
 def test_timed_in_processes_sums_its_copies_and_names_a_failure():
     """Each copy runs its own loop in a process of its own (each built
     there: a process id of its own) and the rates add up; a copy whose
@@ -419,17 +458,22 @@ def test_agents_prints_rlplay_and_its_peers():
 
 
 def test_torch_envs_prints_its_rows_and_says_without_a_gpu():
-    """``torch_envs.py``: the torch rows beside the numpy ones, each with
-    its spread and its ratio to its section's hand loop; without CUDA a
-    line says so."""
+    """``torch_envs.py``: the torch rows beside the numpy and the JAX ones
+    (skipped, saying why, without gymnax), each with its spread and its
+    ratio to its section's hand loop; without CUDA a line says so."""
     out = run("torch_envs.py", "--json", "--rounds", "2", "--duration",
               "0.1", "--sizes", "32", "--steps", "8")
     rows = json_rows(out)
     assert set(rows) == {f"{s}/{r}" for s, r in (
         ("torch.32", "hand"), ("torch.32", "same.rollout"),
         ("torch.32", "same.rollout.alternating"), ("numpy.32", "hand"),
-        ("numpy.32", "same.rollout"))}
-    for row in rows.values():
+        ("numpy.32", "same.rollout"), ("jax.32", "hand"),
+        ("jax.32", "same.rollout"), ("jax.32", "same.rollout.alternating"))}
+    have_gymnax = importlib.util.find_spec("gymnax") is not None
+    for name, row in rows.items():
+        if name.startswith("jax.") and not have_gymnax:
+            assert "pip install rlplay[jax]" in row["skipped"]
+            continue
         assert row["min"] <= row["steps_per_s"] <= row["max"]
         assert row["x_hand_min"] <= row["x_hand"] <= row["x_hand_max"]
     if not torch_cuda_available():

@@ -47,7 +47,8 @@ BLOCK = re.compile(r"(?:<!--\s*(not run|args):\s*(.*?)\s*-->\n)?"
 NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
          "import simple_spread": "mpe2",
          "import SummaryWriter": "tensorboard",
-         "import ale_py": "ale_py", "HalfCheetah": "mujoco"}
+         "import ale_py": "ale_py", "HalfCheetah": "mujoco",
+         "import gymnax": "gymnax", "jax.numpy as jnp": "jax"}
 # a bound on one block (bounds.py says why)
 from bounds import MARGIN, DOC_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there
