@@ -5,7 +5,7 @@ two users:
 - the fragment loop (:func:`~.fragments.collect`), which fills a
   fragment's ``final`` in place once its last step is taken;
 - the learner's collation of many workers' fragments
-  (:class:`~rlplay.engine.rollout._batch.Collation`), which builds the
+  (:class:`~rlplay.engine.workers.Collation`), which builds the
   batch's ``final`` from the batch's ``obs`` and the workers' true last
   observations alone, so that a worker need not write the copies (a
   fragment collected with ``sparse_final=True``: an Atari frame is then
