@@ -5,7 +5,6 @@ store of rows and :class:`Episodic`, the iterator over a generator of
 fragments.
 """
 import numbers
-from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,15 +53,22 @@ class PaddedEpisodes(NamedTuple):
     meta: Any
 
 
-_EPISODE_FIELDS = ("obs act rew actor env env_mask terminated truncated hx "
-                   "ret length meta offsets")
-
-
-class Episodes(namedtuple("Episodes", _EPISODE_FIELDS)):
+class Episodes(NamedTuple):
     """``n`` whole episodes packed along time; see
     :mod:`rlplay.engine.rollout.episodic` for the layout."""
-
-    __slots__ = ()
+    obs: Any
+    act: Any
+    rew: Any
+    actor: Any
+    env: Any
+    env_mask: Any
+    terminated: Any
+    truncated: Any
+    hx: Any
+    ret: Any
+    length: Any
+    meta: EpisodeMeta
+    offsets: Any
 
     @property
     def n_episodes(self):

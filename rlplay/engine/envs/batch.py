@@ -36,8 +36,7 @@ Each env gets its own copy of its action (a numpy scalar, or a view of a
 fresh copy of the row): an env that edits or keeps its action never
 changes what the fragment recorded.
 """
-from collections import namedtuple
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -117,7 +116,7 @@ class Stepped(NamedTuple):
 _CALM = Stepped((), (), (), ())
 
 
-class Cast(namedtuple("Cast", "column t reset problem")):
+class Cast(NamedTuple):
     """An observation that recording changed (see :func:`cast_problem`).
 
     column : int
@@ -128,8 +127,10 @@ class Cast(namedtuple("Cast", "column t reset problem")):
     problem : str
         What was given and what was recorded.
     """
-
-    __slots__ = ()
+    column: int
+    t: Optional[int]
+    reset: bool
+    problem: str
 
     @property
     def label(self):
