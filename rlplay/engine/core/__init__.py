@@ -1,7 +1,8 @@
 """Core loops and the layout of a fragment: the only code that calls the
-actor (through one policy interface, :mod:`.policy`), and that steps envs
-(through the env adapter's :class:`~rlplay.engine.envs.EnvBatch`, the only
-code that calls ``env.step``).
+actor (through one policy interface, :mod:`rlplay.engine.policy`), and
+that steps envs (through the env adapter's
+:class:`~rlplay.engine.envs.EnvBatch`, the only code that calls
+``env.step``).
 
 - :mod:`.layout`: the layout of a fragment, documented there in full (its
   table of fields, rows and time indices, sticky frozen rows, lost calls,

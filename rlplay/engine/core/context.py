@@ -81,7 +81,7 @@ class Context:
     hx : nested tensors
         The actor's state for ``last``.
     policy : LocalPolicy
-        What calls the actor (:mod:`.policy`), made by
+        What calls the actor (:mod:`rlplay.engine.policy`), made by
         :func:`~.fragments.startup`.
     accounts : Accounts
         The running returns and lengths of each env's current episode

@@ -1,7 +1,8 @@
 """The episode loop: :func:`evaluate` plays whole episodes with an actor
 in this process, :func:`episode` one. It steps the envs through the env
 adapter's :class:`~rlplay.engine.envs.EnvBatch`, calls the actor through a
-policy (:mod:`.policy`) and checks spaces as the fragment loop does.
+policy (:mod:`rlplay.engine.policy`) and checks spaces as the fragment
+loop does.
 
 An env batch of kind ``"torch"`` (a torch-native source) is played by the
 episode loop of :mod:`.torch_episodes` instead, with the same results;
@@ -59,8 +60,8 @@ def evaluate(envs, actor, n_episodes, *, seed_sequences=None,
     actor : BaseActorModule or LocalPolicy
         Called where its parameters live: where that is another device
         than the rows' (the host, or a torch source's device), each row is
-        moved there (:mod:`.devices`); a policy (:mod:`.policy`) is used as
-        it is.
+        moved there (:mod:`rlplay.engine.policy.device`); a policy
+        (:mod:`rlplay.engine.policy`) is used as it is.
     n_episodes : int
     seed_sequences : list of SeedSequence, optional
         Reset seeds for the first episode of each env.

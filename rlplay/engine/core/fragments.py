@@ -3,7 +3,7 @@
 of an ongoing collection, and :func:`collect` fills a buffer with the next
 fragment in place, as laid out in :mod:`.layout`. It steps the envs
 through the env adapter's :class:`~rlplay.engine.envs.EnvBatch` and calls
-the actor through a policy (:mod:`.policy`).
+the actor through a policy (:mod:`rlplay.engine.policy`).
 
 An env batch of kind ``"torch"`` (a torch-native source) is stepped by
 the torch loop of :mod:`.torch_loop` instead, with the same layout,

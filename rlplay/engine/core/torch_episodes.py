@@ -10,8 +10,9 @@ the accounts of :mod:`.accounting` (:class:`~.accounting.TorchAccounts`).
 A step, in torch operations on the source's device, with bool masks
 ``(B,)`` where the numpy loop has lists of columns:
 
-1. the actor's action, through the policy seam (:mod:`.policy`) on the
-   row of state there, and the source's step
+1. the actor's action, through the policy seam
+   (:mod:`rlplay.engine.policy`) on the row of state there, and the
+   source's step
    (:meth:`~rlplay.engine.envs.TorchSource.advance`);
 2. the step counted in the columns that play on (``active``), unless the
    call was lost (next-step autoreset) or the column drains (below);
@@ -70,8 +71,8 @@ def play(envs, policy, quota, *, seed_sequences=None, max_steps=None,
     ----------
     envs : TorchSource
     policy : LocalPolicy or DevicePolicy
-        For rows on the source's device (:func:`~.policy.as_policy` with
-        ``rows=envs.device``).
+        For rows on the source's device
+        (:func:`~rlplay.engine.policy.as_policy` with ``rows=envs.device``).
     quota : int
         Episodes per column, at least 1.
     seed_sequences, max_steps, on_frame

@@ -6,8 +6,9 @@ loop (:mod:`rlplay.engine.core.episodes`) never call ``actor.step`` or
 ``actor.reset`` themselves: they call a policy, which offers
 
 - ``probe(row, observation_space)``: the first call, virtual, on one row
-  of placeholders, that sizes the buffers (:func:`~.fragments.prepare`);
-  a failure gets a note saying what rlplay was doing;
+  of placeholders, that sizes the buffers
+  (:func:`~rlplay.engine.core.fragments.prepare`); a failure gets a note
+  saying what rlplay was doing;
 - ``initial_hx(row)``: the actor's state for every env column at a reset
   (a virtual call with ``hx=None``, then ``reset``), checked to keep its
   layout;
@@ -330,7 +331,7 @@ def _check_hx(hx, expected, what, against):
 
 def _probe_note(actor, obs, space):
     """What a failure of the probe call was doing (see
-    :func:`~.fragments.prepare`)."""
+    :func:`~rlplay.engine.core.fragments.prepare`)."""
     shapes = suply(lambda x: f"{tuple(x.shape)} {x.dtype}", obs)
     return (f"(raised while rlplay probed the actor {type(actor).__name__} "
             f"on one row of observations laid out as the env's first "
