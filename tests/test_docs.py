@@ -414,3 +414,17 @@ def test_the_tutorials_are_titled_by_their_headings(site):
         heading = "".join(first).split("\n")[0]
         assert heading.startswith("# "), notebook.name
         assert heading[2:].replace("`", "") in shown, notebook.name
+
+
+def test_no_docstring_is_assigned():
+    """The API reference reads docstrings from the source: a named tuple is
+    a ``NamedTuple`` class with its docstring, never given one by
+    assignment (``X.__doc__ = ...``), which a static reading misses."""
+    assigned = []
+    for path in sorted((ROOT / "rlplay").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "__doc__"
+                    for t in node.targets):
+                assigned.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert assigned == []

@@ -76,6 +76,7 @@ Examples
 import functools
 import numbers
 from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -91,13 +92,18 @@ except ImportError:  # rlplay[jax] not installed: the classes say so
 
 __all__ = ["JaxEnv", "JaxStep", "JaxSource", "Gymnax", "gymnax_space"]
 
-JaxStep = namedtuple("JaxStep", "state obs reward terminated truncated "
-                                "final_obs")
-JaxStep.__doc__ = """What :meth:`JaxEnv.step` returns, JAX arrays batched
-over the envs (see the module docstring): the new state, the next
-observations (reset ones where an episode ended), the rewards, the
-terminations and truncations (bool ``(num_envs,)``) and the true last
-observations."""
+
+class JaxStep(NamedTuple):
+    """What :meth:`JaxEnv.step` returns, JAX arrays batched over the envs
+    (see the module docstring): the new state, the next observations
+    (reset ones where an episode ended), the rewards, the terminations and
+    truncations (bool ``(num_envs,)``) and the true last observations."""
+    state: Any
+    obs: Any
+    reward: Any
+    terminated: Any
+    truncated: Any
+    final_obs: Any
 
 
 class JaxEnv:
