@@ -42,7 +42,7 @@ depend on the world size. The rank is :func:`current_rank`'s:
 ``RANK`` that launchers such as ``torchrun`` set, else 0. Under a launcher
 of your own, pass ``entropy=rank_root(entropy, rank)`` in each process.
 A checkpoint (``state_dict()``) records its rank and is resumed by the
-same rank only (``resume=``, :mod:`rlplay.engine.rollout`).
+same rank only (the ``resume=`` keyword of every generator).
 """
 import numbers
 import os
