@@ -80,17 +80,22 @@ def _actor(device):
         return MLPActor().to(device)
 
 
+def _rows(n_envs, n_steps, device):
+    """The hand loops' preallocated rows of a CartPole fragment on
+    ``device``: observations, actions, rewards and ends, ``(1 + T, n)``."""
+    rows = (n_steps + 1, n_envs)
+    return (torch.zeros(rows + (4,), device=device),
+            torch.zeros(rows, dtype=torch.int64, device=device),
+            torch.zeros(rows, device=device),
+            torch.zeros(rows, dtype=torch.bool, device=device))
+
+
 def hand_torch(n_envs, n_steps, device):
     """The hand-written torch loop over ``TorchCartPole(n_envs)``:
     ``(fragment, close)``."""
     env = TorchCartPole(n_envs, device=device)
     actor = _actor(device)
-    obs = torch.zeros((n_steps + 1, n_envs, 4), device=device)
-    act = torch.zeros((n_steps + 1, n_envs), dtype=torch.int64,
-                      device=device)
-    rew = torch.zeros((n_steps + 1, n_envs), device=device)
-    done = torch.zeros((n_steps + 1, n_envs), dtype=torch.bool,
-                       device=device)
+    obs, act, rew, done = _rows(n_envs, n_steps, device)
     obs[0], _ = env.reset(seed=0)
     sync = _sync(device)
 
@@ -187,12 +192,7 @@ def hand_jax(n_envs, n_steps, device):
         return key, state, obs, rew, done
 
     actor = _actor(device)
-    obs = torch.zeros((n_steps + 1, n_envs, 4), device=device)
-    act = torch.zeros((n_steps + 1, n_envs), dtype=torch.int64,
-                      device=device)
-    rew = torch.zeros((n_steps + 1, n_envs), device=device)
-    done = torch.zeros((n_steps + 1, n_envs), dtype=torch.bool,
-                       device=device)
+    obs, act, rew, done = _rows(n_envs, n_steps, device)
     carry = list(reset(jax.random.key(0)))
     obs[0] = torch.from_dlpack(carry[2])
     sync = _sync(device)
