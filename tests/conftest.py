@@ -232,6 +232,12 @@ def _uses_ray(item):
             or "cluster" in item.nodeid)
 
 
+def _uses_jax(item):
+    """Whether ``item`` runs JAX in the test's own process: the JAX
+    sources' tests and doctests."""
+    return "jax_source" in item.nodeid
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     # with pytest-xdist (make test runs two processes, --dist loadgroup),
@@ -246,6 +252,17 @@ def pytest_collection_modifyitems(config, items):
     on_ray = [item for item in items if _uses_ray(item)]
     if on_ray:
         items[:] = [item for item in items if not _uses_ray(item)] + on_ray
+    # the tests that run JAX in this process come after every other test
+    # but those on Ray (which fork nothing): once JAX has started its
+    # threads, a process that forks a worker (start_method="fork") may hand
+    # it a lock one of them held, as JAX warns at each such fork
+    on_jax = [item for item in items
+              if _uses_jax(item) and not _uses_ray(item)]
+    if on_jax:
+        rest = [item for item in items if item not in on_jax]
+        first_ray = next((i for i, item in enumerate(rest)
+                          if _uses_ray(item)), len(rest))
+        items[:] = rest[:first_ray] + on_jax + rest[first_ray:]
     grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if grouped and _uses_ray(item):
