@@ -100,7 +100,8 @@ class _Squash(torch.distributions.Transform):
 
 def _check_gaussian(mean, std, d):
     """Refuse what ``squashed_normal`` cannot make a distribution of, with
-    one synchronisation for the values (it runs at every step)."""
+    their values checked on the CPU alone (it runs at every step, and on a
+    device reading them back would synchronise the host each time)."""
     for name, value in (("mean", mean), ("std", std)):
         if not isinstance(value, torch.Tensor) \
                 or not value.is_floating_point():
@@ -120,8 +121,11 @@ def _check_gaussian(mean, std, d):
         raise ValueError(f"squashed_normal needs std of mean's shape "
                          f"{tuple(mean.shape)} (or one that broadcasts to "
                          f"it), got std of shape {tuple(std.shape)}")
-    if not bool((torch.isfinite(mean).all() & torch.isfinite(std).all()
-                 & (std > 0).all())):
+    # the values are read on the host only where they live there: on a
+    # device the check would synchronise the host at every step
+    if mean.device.type == "cpu" and not bool(
+            (torch.isfinite(mean).all() & torch.isfinite(std).all()
+             & (std > 0).all())):
         raise ValueError(f"squashed_normal needs a finite mean and a finite "
                          f"std > 0, got mean={_few(mean)} and "
                          f"std={_few(std)}")
@@ -167,7 +171,9 @@ def squashed_normal(mean, std, low, high):
         Bounds not of one shape ``(D,)``, not finite, or not ``low <
         high``; ``mean`` whose last dimension is not the bounds', ``std``
         that does not broadcast to ``mean``; a ``mean`` or ``std`` not
-        finite, or ``std <= 0``.
+        finite, or ``std <= 0`` (the values of bounds, ``mean`` and
+        ``std`` are checked where ``mean`` is on the CPU: on a device,
+        reading them back would synchronise the host at every step).
 
     Examples
     --------
@@ -189,8 +195,9 @@ def squashed_normal(mean, std, low, high):
         raise ValueError(f"squashed_normal needs bounds low and high of one "
                          f"shape (D,), got shapes {tuple(low.shape)} and "
                          f"{tuple(high.shape)}")
-    if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()
-                and (low < high).all()):
+    if mean.device.type == "cpu" and not bool(
+            torch.isfinite(low).all() and torch.isfinite(high).all()
+            and (low < high).all()):
         raise ValueError(f"squashed_normal needs finite bounds with low < "
                          f"high, got low={low.tolist()} and "
                          f"high={high.tolist()}")
