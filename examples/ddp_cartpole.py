@@ -12,7 +12,7 @@ actor's network is wrapped in ``DistributedDataParallel``: each rank
 computes an actor-critic loss with V-trace targets (``single`` collects
 with the parameters one version behind) on its own batch, DDP averages
 the gradients, and every rank takes the same optimiser step. Each rank
-prints one line of JSON: what it collected and where, its own
+prints one line of JSON, in rank order: what it collected and where, its own
 statistics and the total of steps over the ranks.
 """
 import contextlib
@@ -98,14 +98,20 @@ def main(n_batches):
     total = torch.tensor([steps])
     dist.all_reduce(total)  # each rank's stats are its own: sum them
     params = torch.cat([p.detach().flatten() for p in net.parameters()])
-    print(json.dumps({
+    line = json.dumps({
         "rank": rank, "world_size": world_size,
         "state_rank": state["rank"], "seeds": state["seeds"],
         "first_obs": first, "worker_cores": cores,
         "first_returns": returns[:4], "episodes": len(returns),
         "last_returns_mean": round(sum(returns[-20:]) / 20, 1),
         "steps": steps, "total_steps": int(total.item()),
-        "params": digest(params)}), flush=True)
+        "params": digest(params)})
+    # the ranks share one terminal: each prints its line in its turn
+    for turn in range(world_size):
+        if turn == rank:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        dist.barrier()
     dist.destroy_process_group()
 
 

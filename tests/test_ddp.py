@@ -356,6 +356,9 @@ def test_the_example_trains_two_ranks_on_disjoint_data(tmp_path):
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         env.pop(name, None)
+    # unbuffered, as many CI runners set it: print's text and its newline
+    # are then two writes, which two ranks on one pipe could interleave
+    env["PYTHONUNBUFFERED"] = "1"
     # --standalone: a rendezvous on a free port of this machine
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", str(EXAMPLE), str(N_BATCHES)]
