@@ -167,6 +167,17 @@ def test_n_must_be_positive():
             call(returns, f, gamma=0.9, n=n)
 
 
+@pytest.mark.parametrize("bad", [1.5, -0.1, float("nan")])
+def test_a_discount_or_lambda_outside_zero_one_is_refused(bad):
+    f = random_fragment(0)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
+        call(returns, f, gamma=bad)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
+        call(gae, f, gamma=bad, lam=0.9)
+    with pytest.raises(ValueError, match=r"lam must be in \[0, 1\]"):
+        call(gae, f, gamma=0.9, lam=bad)
+
+
 def test_terminated():
     fin = torch.tensor([True, True, False])
     trunc = torch.tensor([True, False, False])

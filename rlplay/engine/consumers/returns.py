@@ -96,6 +96,14 @@ def _apply_mask(result, mask, fin):
     return result.masked_fill(mask[1:], 0)
 
 
+def _check_unit(**values):
+    """Raise ValueError naming a discount or lambda outside ``[0, 1]``
+    (NaN included)."""
+    for name, x in values.items():
+        if not 0 <= float(x) <= 1:
+            raise ValueError(f"{name} must be in [0, 1], got {x!r}")
+
+
 def _bootstrap(fin, truncated, value, value_final):
     """Per row t+1: the value to bootstrap from after that transition, or
     0 after a termination; ``(T, B)``."""
@@ -124,6 +132,8 @@ def returns(rew, fin, truncated, value, value_final=None, *, gamma,
     value_final : tensor, shape = (1 + T, B), optional
         ``V(final[t])``; needed where ``truncated``.
     gamma : float
+        The discount, in ``[0, 1]`` (else ``ValueError``; ``lam`` of
+        :func:`gae` too).
     n : int, optional
         Look ahead at most ``n`` steps and bootstrap from the value there;
         ``None`` looks ahead to the end of the fragment.
@@ -141,6 +151,7 @@ def returns(rew, fin, truncated, value, value_final=None, *, gamma,
         termination, bootstrapped at truncations, at the ``n``-th step and at
         row ``T``.
     """
+    _check_unit(gamma=gamma)
     T = rew.shape[0] - 1
     boot = _bootstrap(fin, truncated, value, value_final)
     ended = fin[1:]
@@ -250,6 +261,7 @@ def gae(rew, fin, truncated, value, value_final=None, *, gamma, lam,
         cut at any episode end (the bootstrap value carries truncations).
         ``adv + value[:-1]`` are the lambda-returns.
     """
+    _check_unit(gamma=gamma, lam=lam)
     T = rew.shape[0] - 1
     boot = _bootstrap(fin, truncated, value, value_final)
     delta = rew[1:] + gamma * boot - value[:-1]
@@ -302,9 +314,7 @@ def _logp_rows(logp, name, rew):
 def _check_vtrace(gamma, lam, rho_bar, c_bar):
     """Raise ValueError for a discount, lambda or threshold out of its
     range."""
-    for name, x in (("gamma", gamma), ("lam", lam)):
-        if not 0 <= float(x) <= 1:
-            raise ValueError(f"{name} must be in [0, 1], got {x!r}")
+    _check_unit(gamma=gamma, lam=lam)
     for name, x in (("rho_bar", rho_bar), ("c_bar", c_bar)):
         if not float(x) > 0:  # NaN fails too
             raise ValueError(f"{name} must be positive (math.inf: no "
