@@ -51,7 +51,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import (Row, alternated, fmt, measure, median, paired,  # noqa
-                     print_json, record, spread)
+                     print_json, record, spread, warm_workers)
 
 from rlplay.engine import BaseActorModule  # noqa: E402
 from rlplay.engine.rollout import multi, same  # noqa: E402
@@ -190,6 +190,7 @@ def run_multi(n_envs, seconds):
     k = n_envs // 2
     feed = multi.rollout(make_env, Actor(), N_STEPS, 2, k * N_AGENTS, 4, 2)
     with feed:
+        warm_workers(feed)
         return _timed(lambda: next(feed), N_STEPS * 2 * k * N_AGENTS,
                       seconds)
 

@@ -63,6 +63,7 @@ def run_multi(seconds):
     feed = _multi(MLPActor())
     steps_per_batch = N_STEPS * N_PER_ACTOR
     with feed:
+        harness.warm_workers(feed)
         return _timed(lambda: next(feed), lambda: steps_per_batch, seconds)
 
 
@@ -72,6 +73,7 @@ def run_episodes(seconds):
     eps = episodic.episodes(feed, N_EPISODES)
     steps_per_batch = N_STEPS * N_PER_ACTOR
     with eps:
+        harness.warm_workers(feed, take=lambda: next(eps))
         return _timed(lambda: next(eps),
                       lambda: eps.stats["batches"] * steps_per_batch,
                       seconds, counts_total=True)

@@ -73,7 +73,7 @@ def timed(fragment, steps_per_fragment, seconds, on_start=None):
                     "learner_cpu": (time.process_time() - cpu) / elapsed}
 
 
-def warm_workers(feed, fragments=2, seconds=None):
+def warm_workers(feed, fragments=2, seconds=None, take=None):
     """Take batches from the generator ``feed`` until each of its workers
     has delivered ``fragments`` fragments (its ``stats["workers"]``), so
     that a row of workers is timed once they all run, as the copies of
@@ -86,7 +86,9 @@ def warm_workers(feed, fragments=2, seconds=None):
     the learner's ``start()`` of the next one waits for that read. Timed
     from there, a row of two workers times one of them and the other's
     start-up. Nothing to do for a generator without workers (``same``) or
-    without these stats (an older checkout).
+    without these stats (an older checkout). ``take`` takes one batch
+    (default ``next(feed)``): a consumer over ``feed`` (``episodes``)
+    warms through itself.
 
     Raises
     ------
@@ -107,7 +109,7 @@ def warm_workers(feed, fragments=2, seconds=None):
             raise RuntimeError(
                 f"the workers delivered {delivered} fragments within "
                 f"{seconds} s, not {fragments} each")
-        next(feed)
+        take() if take is not None else next(feed)
 
 
 def alternated(fragments, steps_per_fragment, seconds):
