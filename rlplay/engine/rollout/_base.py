@@ -1,17 +1,19 @@
 """What every generator shares: its keywords, its states and the error
-latch (:mod:`._states`), and one set-up.
+latch (:mod:`._states`, whose :class:`Lifecycle` is the one base class of
+every generator), its delivery (:mod:`._delivery`), and one set-up.
 
-The set-up (:class:`SetUp`), one for ``same``, ``single``, ``multi``,
-``cluster`` and the :class:`~.evaluate.Evaluator`, in this order: check
-every argument before anything is made; the settings that shape the batch
-and the run they begin or continue (:mod:`._resume`); the delivery, the
-actor's ``hx_dim``, the timeouts and the restart policy; the layout of a
-fragment buffer (from a probe env in the learner, for the generators with
-workers), checked against a resumed run's; the source of fragments and
-the statistics, going on from the run's counters. The workers then start
-under a supervisor, processes or Ray actors (:mod:`rlplay.engine.workers`),
-whose generator's side is :class:`~._supervised.Supervised`
-(:mod:`._supervised`, which ``same`` does not import).
+The set-up (:class:`SetUp`), one part of ``same``, ``single``, ``multi``,
+``cluster`` and the :class:`~.evaluate.Evaluator` (each holds it as
+``_setup``), in this order: check every argument before anything is made;
+the settings that shape the batch and the run they begin or continue
+(:mod:`._resume`), with its ``call_envs`` calls; the restart policy; the
+layout of a fragment buffer (from a probe env in the learner, for the
+generators with workers), checked against a resumed run's; the
+statistics, going on from the run's counters. The generator makes its
+delivery after the set-up's checks. The workers then start under a
+supervisor, processes or Ray actors (:mod:`rlplay.engine.workers`), whose
+learner's side is another part, :class:`~._supervised.Supervision`
+(:mod:`._supervised`, which neither this module nor ``same`` imports).
 """
 import contextlib
 import inspect
