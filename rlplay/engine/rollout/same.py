@@ -137,7 +137,7 @@ class Rollout(Lifecycle):
         number of batches yielded. Valid in any state (after ``close()``
         too)."""
         return self._setup.state(self.stats["batches"],
-                           [(self._seq, self.session.generation, 0)])
+                                 [(self._seq, self.session.generation, 0)])
 
     def _close(self, graceful):
         """Close the envs."""
