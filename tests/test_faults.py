@@ -177,7 +177,7 @@ def column(request):
 def ray_actors_of(feed):
     """The rollout's Ray actors that Ray does not know dead."""
     from conftest import _ray_actors
-    handles = feed._supervisor._handles.values()
+    handles = feed._supervision.supervisor._handles.values()
     ids = {handle._actor_id.hex() for handle in handles}
     return ids & set(_ray_actors())
 

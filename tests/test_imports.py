@@ -3,6 +3,7 @@ from each other only what a folder's ``__init__`` names, no private name
 crosses a folder, the layers import one way, no module-level import cycle;
 the checker shown to catch planted breaches; every public name of 0.1.0
 importable from its 0.1.0 path."""
+import ast
 import importlib
 import json
 import shutil
@@ -42,6 +43,36 @@ def test_same_depends_on_no_supervisor():
         "rlplay.engine.workers._supervisor", "rlplay.engine.rollout._supervised"}
     assert "rlplay.engine.workers._ray" in import_contract.depends(
         PACKAGE, "rlplay.engine.rollout.cluster")
+
+
+def test_the_set_up_depends_on_no_supervisor():
+    """The set-up of every generator (``rollout/_base.py``) imports no
+    supervisor module, directly or not: ``same`` uses it and runs no
+    process."""
+    supervisors = {"rlplay.engine.workers._supervisor",
+                   "rlplay.engine.workers._ray",
+                   "rlplay.engine.rollout._supervised"}
+    assert import_contract.depends(
+        PACKAGE, "rlplay.engine.rollout._base") & supervisors == set()
+
+
+def test_every_generator_is_composed_not_inherited():
+    """Each public generator class is its own class, one shared base (the
+    states, :class:`rlplay.engine.rollout._states.Lifecycle`) and
+    ``object``: its parts are attributes, not bases."""
+    from rlplay.engine.rollout import Evaluator, multi, same, single
+    classes = [same.Rollout, single.Rollout, multi.Rollout, Evaluator]
+    # cluster's module imports Ray only when it is used: read its classes
+    # from the source, as the contract does
+    cluster = ast.parse((PACKAGE / "engine" / "rollout" / "cluster.py")
+                        .read_text())
+    bases = {node.name: [ast.unparse(base) for base in node.bases]
+             for node in cluster.body if isinstance(node, ast.ClassDef)}
+    assert bases["Rollout"] == ["Lifecycle"]
+    for cls in classes:
+        assert [(c.__module__, c.__name__) for c in cls.__mro__[1:]] == [
+            ("rlplay.engine.rollout._states", "Lifecycle"),
+            ("builtins", "object")], cls.__mro__
 
 
 def test_every_module_has_a_layer():

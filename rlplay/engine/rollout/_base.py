@@ -1,17 +1,19 @@
 """What every generator shares: its keywords, its states and the error
-latch (:mod:`._states`), and one set-up.
+latch (:mod:`._states`, whose :class:`Lifecycle` is the one base class of
+every generator), its delivery (:mod:`._delivery`), and one set-up.
 
-The set-up (:class:`SetUp`), one for ``same``, ``single``, ``multi``,
-``cluster`` and the :class:`~.evaluate.Evaluator`, in this order: check
-every argument before anything is made; the settings that shape the batch
-and the run they begin or continue (:mod:`._resume`); the delivery, the
-actor's ``hx_dim``, the timeouts and the restart policy; the layout of a
-fragment buffer (from a probe env in the learner, for the generators with
-workers), checked against a resumed run's; the source of fragments and
-the statistics, going on from the run's counters. The workers then start
-under a supervisor, processes or Ray actors (:mod:`rlplay.engine.workers`),
-whose generator's side is :class:`~._supervised.Supervised`
-(:mod:`._supervised`, which ``same`` does not import).
+The set-up (:class:`SetUp`), one part of ``same``, ``single``, ``multi``,
+``cluster`` and the :class:`~.evaluate.Evaluator` (each holds it as
+``_setup``), in this order: check every argument before anything is made;
+the settings that shape the batch and the run they begin or continue
+(:mod:`._resume`), with its ``call_envs`` calls; the restart policy; the
+layout of a fragment buffer (from a probe env in the learner, for the
+generators with workers), checked against a resumed run's; the
+statistics, going on from the run's counters. The generator makes its
+delivery after the set-up's checks. The workers then start under a
+supervisor, processes or Ray actors (:mod:`rlplay.engine.workers`), whose
+learner's side is another part, :class:`~._supervised.Supervision`
+(:mod:`._supervised`, which neither this module nor ``same`` imports).
 """
 import contextlib
 import inspect
@@ -36,14 +38,13 @@ from ..seeds import PROBE_COLLECTOR, env_seed_sequences
 from ..utils.mp import (Cloudpickled, check_cpu_affinity, check_timeouts,
                         worker_cpu_affinity)
 from ..workers import RESTART_DELAY, CallLog, SessionSpec, cpu_copy
-from ._calls import EnvControl
 from ._delivery import Delivery
 from ._resume import buffer_layout, continuation, restore_counters
-from ._states import Breakable, Closing, Generator, Status
+from ._states import Lifecycle, Status
 from ._stats import STATS_KEYS, Stats
 
 __all__ = ["Keywords", "WorkerKeywords", "PoolKeywords", "Unpack",
-           "spell_out", "Closing", "Breakable", "Generator", "Status",
+           "spell_out", "Lifecycle", "Status", "Delivery",
            "Stats", "STATS_KEYS", "SetUp",
            "probe_layout", "probed", "check_arguments", "Deadline", "TIMEOUT",
            "START_TIMEOUT", "SHUTDOWN_TIMEOUT", "EVALUATION_TIMEOUT",
@@ -237,80 +238,88 @@ def _setting(value):
     return int(value)
 
 
-class SetUp(EnvControl):
-    """The set-up of every generator (see the module docstring), in the
-    order its steps are called: :meth:`_begin`, then :meth:`_lay_out` (or
-    :meth:`_probe`, which calls it, for the generators with workers), then
-    :meth:`_count`; :meth:`_state` makes the ``state_dict()``.
+class SetUp:
+    """The set-up of a generator (see the module docstring), a part that it
+    holds as ``_setup``: made first (the checks of every argument and the
+    run begun or continued), then :meth:`probe` (the generators with
+    workers) or :meth:`lay_out`, then :meth:`count`; :meth:`state` makes
+    the ``state_dict()``.
 
-    It sets ``actor``, ``hx_dim`` (the actor's: where the env axis of each
-    ``hx`` leaf is, for the consumers of batches), ``delivery`` and
-    ``device`` (but for the evaluator), ``timeout`` and ``start_timeout``
-    (for the generators with workers), ``stats`` and ``_calls`` (the
-    ``call_envs`` calls, :mod:`rlplay.engine.workers._control`; a resumed run's first).
+    Parameters
+    ----------
+    kind : str
+        The generator's kind in a ``state_dict()`` (``"multi"``...).
+    actor : BaseActorModule
+        The learner's actor.
+    settings : dict
+        The arguments that shape the batch: a resume must give the same.
+    counts : list of (name, value, minimum)
+        The counts to check.
+    n_workers, entropy, resume, timeouts, restarts, restart_delay
+        As the generators' (``timeouts``: a dict of ``timeout``,
+        ``start_timeout`` and ``shutdown_timeout``, or ``None``).
+    **checked
+        The other keywords of :func:`check_arguments`.
+
+    Attributes
+    ----------
+    run
+        The run this part begins or continues
+        (:func:`~._resume.continuation` of ``resume`` and ``entropy``, the
+        seeds' root).
+    calls : CallLog
+        The ``call_envs`` calls (:mod:`rlplay.engine.workers._control`; a
+        resumed run's first).
+    policy : dict
+        The restart policy and the shutdown timeout of a supervisor (with
+        ``timeouts``).
+    stats : dict
+        The statistics (:meth:`count`).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument, or a ``resume`` that does not fit.
     """
 
-    _layout = None  # the evaluator's: it fills no fragment buffer
-
-    def _begin(self, kind, actor, settings, counts, *, n_workers=1,
-               entropy=None, resume=None, delivery=None, timeouts=None,
-               restarts=0, restart_delay=RESTART_DELAY, **checked):
-        """Check the arguments (:func:`check_arguments`: ``counts``,
-        ``timeouts``, ``restarts``, ``restart_delay`` and the ``checked``
-        keywords) before anything is made; keep ``settings`` (the
-        arguments that shape the batch: a resume must give the same ones);
-        make ``delivery`` (``(device, pinned, copy)``, or ``None``); keep
-        the timeouts and the restart policy. Returns the run this part
-        begins or continues (:func:`~._resume.continuation` of ``resume``
-        and ``entropy``, the seeds' root).
-
-        Raises
-        ------
-        TypeError, ValueError
-            A bad argument, or a ``resume`` that does not fit.
-        """
+    def __init__(self, kind, actor, settings, counts, *, n_workers=1,
+                 entropy=None, resume=None, timeouts=None, restarts=0,
+                 restart_delay=RESTART_DELAY, **checked):
         check_arguments(actor, counts=counts, timeouts=timeouts,
                         restarts=restarts, restart_delay=restart_delay,
                         n_workers=n_workers, **checked)
-        self._kind = kind
-        self._settings = {name: _setting(value)
-                          for name, value in settings.items()}
-        self._run = continuation(resume, entropy, kind, self._settings,
-                                 n_workers)
-        self._calls = CallLog(self._run.calls)
-        self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
-        if delivery is not None:
-            self.delivery = Delivery(*delivery)
-            self.device = self.delivery.device
-        if timeouts is not None:
-            self.timeout = timeouts["timeout"]
-            self.start_timeout = timeouts["start_timeout"]
-            self._policy = dict(
-                restarts=restarts, restart_delay=restart_delay,
-                shutdown_timeout=timeouts["shutdown_timeout"])
-        return self._run
+        self.kind = kind
+        self.settings = {name: _setting(value)
+                         for name, value in settings.items()}
+        self.run = continuation(resume, entropy, kind, self.settings,
+                                n_workers)
+        self.calls = CallLog(self.run.calls)
+        self.layout = None  # the evaluator's: it fills no fragment buffer
+        self.stats = None
+        self.policy = None if timeouts is None else dict(
+            restarts=restarts, restart_delay=restart_delay,
+            shutdown_timeout=timeouts["shutdown_timeout"])
 
-    def _lay_out(self, layout):
+    def lay_out(self, layout):
         """Keep the ``layout`` of one fragment buffer (a
         :func:`~._resume.buffer_layout`), refused where it differs from
         the resumed run's (``ValueError``)."""
-        self._run.check_layout(layout)
-        self._layout = layout
+        self.run.check_layout(layout)
+        self.layout = layout
 
-    def _probe(self, factory, n_steps, n_envs, *, sticky, env_info, final,
-               check_spaces, cpu_affinity=None, name="n_envs",
-               actor_device=None, sparse_final=False):
+    def probe(self, factory, actor, n_steps, n_envs, *, sticky, env_info,
+              final, check_spaces, cpu_affinity=None, name="n_envs",
+              actor_device=None, sparse_final=False):
         """What a generator with workers (processes or Ray actors) makes
-        before they start: their CPU copy of the actor, the layout of a
+        before they start: their CPU copy of ``actor``, the layout of a
         fragment buffer (from a probe env, :func:`probe_layout`: kept by
-        :meth:`_lay_out`) and the :class:`~rlplay.engine.workers.SessionSpec` that
-        every worker shares.
+        :meth:`lay_out`) and the :class:`~rlplay.engine.workers.SessionSpec`
+        that every worker shares.
 
         ``actor_device`` is where each worker runs its copy of the actor
         (:func:`~rlplay.engine.devices.worker_devices`, checked already);
         ``sparse_final``, whether the workers leave the copies of ``obs``
         in ``final`` to the learner (:func:`~rlplay.engine.core.collect`).
-
 
         Returns
         -------
@@ -318,12 +327,12 @@ class SetUp(EnvControl):
             Its factory and actor cloudpickled.
         template : Fragment of tensors, shape = (1 + n_steps, n_envs, ...)
         """
-        entropy = self._run.entropy  # one root for every worker
-        worker_actor = cpu_copy(self.actor)
-        template, layout, self._calls.refusal = probe_layout(
+        entropy = self.run.entropy  # one root for every worker
+        worker_actor = cpu_copy(actor)
+        template, layout, self.calls.refusal = probe_layout(
             factory, worker_actor, n_steps, n_envs, entropy,
             env_info=env_info, final=final, sticky=sticky, name=name)
-        self._lay_out(layout)
+        self.lay_out(layout)
         spec = SessionSpec(factory=Cloudpickled(factory),
                            actor=Cloudpickled(worker_actor), entropy=entropy,
                            n_envs=n_envs, sticky=sticky,
@@ -333,15 +342,17 @@ class SetUp(EnvControl):
                            sparse_final=sparse_final)
         return spec, template
 
-    def _count(self, stats):
-        """Keep ``stats``, going on from the resumed run's counters."""
+    def count(self, stats):
+        """Keep ``stats``, going on from the resumed run's counters;
+        returns them."""
         self.stats = stats
-        restore_counters(stats, self._run.counters)
+        restore_counters(stats, self.run.counters)
+        return stats
 
-    def _state(self, version, workers, extra=None):
+    def state(self, version, workers, extra=None):
         """A ``state_dict()`` (see :mod:`._resume`) at parameter
         ``version``, ``workers`` a list of ``(seq, generation,
         restarts)``."""
-        return self._run.state(self._kind, self._settings, self._layout,
-                               self.stats, version, workers, extra,
-                               self._calls.state())
+        return self.run.state(self.kind, self.settings, self.layout,
+                              self.stats, version, workers, extra,
+                              self.calls.state())

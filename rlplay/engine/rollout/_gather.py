@@ -22,9 +22,15 @@ implement one parameter interface:
 - ``recycle(arrival, supervisor)``: the same for a stale one;
 - ``close()``.
 
-:class:`Gathered` also holds the constructor of both generators: the
-keywords they share are defined (and checked) once, here. What differs is
-a part, the *fleet* of workers (worker processes on this machine,
+:class:`Gather` is that learner's side, a part that both generators hold
+(``_gather``), made by one constructor for both: the keywords they share
+are defined (and checked) once, here. It is made of the other parts: the
+set-up (:class:`~._base.SetUp`), the delivery
+(:class:`~._delivery.Delivery`), the supervision of the workers
+(:class:`~._supervised.Supervision`, which holds the source of ready
+fragments) and the collation
+(:class:`~rlplay.engine.workers.Collation`). What differs is a part, the
+*fleet* of workers (worker processes on this machine,
 :class:`~.multi.Processes`; Ray actors, :class:`~.cluster.RayActors`),
 which offers
 
@@ -33,22 +39,24 @@ which offers
 - ``check_capacity(template, n_actors, n_buffers)``: raise
   :class:`~rlplay.engine.errors.CapacityError` where the workers' buffers
   would not fit;
-- ``start(generator, spec, template, n_actors, n_buffers)``: start
-  ``n_actors`` workers sharing ``spec``, with ``n_buffers`` fragments of
-  the layout ``template`` in flight, from where the generator's run says,
-  under its restart policy: it sets the generator's ``params``,
-  ``_source`` (the source of ready fragments), ``stats`` and
-  ``_supervisor``; on a failure, it closes what was made and raises.
+- ``start(supervision, actor, spec, template, n_actors, n_buffers,
+  owner)``: start ``n_actors`` workers sharing ``spec``, with
+  ``n_buffers`` fragments of the layout ``template`` in flight, from
+  where the run of ``supervision.setup`` says, under its restart policy:
+  it sets the ``params``, ``source`` (the source of ready fragments) and
+  ``supervisor`` of ``supervision`` and the set-up's ``stats``; the
+  workers go when ``owner`` (the generator) is dropped; on a failure, it
+  closes what was made and raises.
 """
 import time
 
 from ..errors import RolloutTimeout
 from ..workers import Collation, check_hx_dim
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Status)
-from ._supervised import Supervised
+                    Deadline, Delivery, SetUp)
+from ._supervised import Supervision
 
-__all__ = ["Gathered", "check_pool"]
+__all__ = ["Gather", "check_pool"]
 
 
 def check_pool(n_buffers, n_per_batch, n_actors):
@@ -68,92 +76,103 @@ def check_pool(n_buffers, n_per_batch, n_actors):
             f"learner collates)")
 
 
-class Gathered(Supervised, Generator):
-    """An iterator of batches collated from the fragments of many workers.
+class Gather:
+    """The learner's side of a generator that collates the fragments of
+    many workers into batches (see the module docstring).
 
     Parameters
     ----------
+    kind : str
+        ``"multi"`` or ``"cluster"``.
     fleet
         The workers' fleet (see the module docstring).
+    owner : object
+        The generator: its workers go when it is dropped (Ray's).
     factory, actor, n_steps, n_actors, n_per_actor, n_buffers, n_per_batch
-        As documented by the subclass.
+        As documented by the generators.
     max_lag : int, optional
-        As documented by the subclass.
+        As documented by the generators.
     entropy, sticky, env_info, final, device, pinned, copy, check_spaces,
     timeout, start_timeout, shutdown_timeout, restarts, restart_delay,
     cpu_affinity, resume, actor_device
         The shared keywords (:mod:`rlplay.engine.rollout`).
 
-    The fleet starts the workers (``fleet.start``), which sets
-    ``params``, ``_source`` (the source of ready fragments), ``stats``
-    (:class:`~._base.Stats`, by :meth:`~._base.SetUp._count`) and
-    ``_supervisor``.
+    Attributes
+    ----------
+    setup : SetUp
+    delivery : Delivery
+    supervision : Supervision
+        Its ``source`` is the source of ready fragments.
+    collation : Collation
+    stats : dict
+        :class:`~._base.Stats`, made by the fleet's ``start``.
     """
 
-    def __init__(self, fleet, factory, actor, n_steps, n_actors,
-                 n_per_actor, n_buffers, n_per_batch, *, max_lag=None, entropy=None,
-                 sticky=False, env_info=None, final=True, device=None,
-                 pinned=False, copy=True, check_spaces="first",
-                 timeout=TIMEOUT, start_timeout=START_TIMEOUT,
+    def __init__(self, kind, fleet, owner, factory, actor, n_steps,
+                 n_actors, n_per_actor, n_buffers, n_per_batch, *,
+                 max_lag=None, entropy=None, sticky=False, env_info=None,
+                 final=True, device=None, pinned=False, copy=True,
+                 check_spaces="first", timeout=TIMEOUT,
+                 start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
                  resume=None, actor_device=None):
         counts = [("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
                   ("n_per_actor", n_per_actor, 1), ("n_buffers", n_buffers, 1),
                   ("n_per_batch", n_per_batch, 1)]
-        self._begin(
-            self._kind, actor, dict(n_steps=n_steps, n_actors=n_actors,
-                                    n_per_actor=n_per_actor,
-                                    n_per_batch=n_per_batch, sticky=sticky),
+        self.setup = setup = SetUp(
+            kind, actor, dict(n_steps=n_steps, n_actors=n_actors,
+                              n_per_actor=n_per_actor,
+                              n_per_batch=n_per_batch, sticky=sticky),
             counts + ([] if max_lag is None else [("max_lag", max_lag, 0)]),
             n_workers=n_actors, entropy=entropy, resume=resume,
-            delivery=(device, pinned, copy),
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
             restarts=restarts, restart_delay=restart_delay, sticky=sticky,
             check_spaces=check_spaces, cpu_affinity=cpu_affinity)
+        self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
+        self.delivery = Delivery(device, pinned, copy)
+        self.supervision = Supervision(setup, self.delivery, timeout,
+                                       start_timeout)
         check_pool(n_buffers, n_per_batch, n_actors)
         devices = fleet.devices(actor_device, n_actors)
         self.max_lag, self.n_per_batch = max_lag, n_per_batch
         # the workers' actor is a CPU copy; the buffers are sized with it
         # here from a probe env that the factory makes and we close at once
-        spec, template = self._probe(
-            factory, n_steps, n_per_actor, sticky=sticky, env_info=env_info,
-            final=final, check_spaces=check_spaces, cpu_affinity=cpu_affinity,
-            name="n_per_actor", actor_device=devices, sparse_final=True)
+        spec, template = setup.probe(
+            factory, actor, n_steps, n_per_actor, sticky=sticky,
+            env_info=env_info, final=final, check_spaces=check_spaces,
+            cpu_affinity=cpu_affinity, name="n_per_actor",
+            actor_device=devices, sparse_final=True)
         check_hx_dim(template.hx, self.hx_dim, n_per_actor)
         # before the learner's batch is allocated (zero-filled gigabytes
         # for a pool that would not fit anyway)
         fleet.check_capacity(template, n_actors, n_buffers)
-        self._collation = Collation(template, self.hx_dim, n_per_batch,
-                                    self.delivery.host_pinned, sticky)
-        fleet.start(self, spec, template, n_actors, n_buffers)
+        self.collation = Collation(template, self.hx_dim, n_per_batch,
+                                   self.delivery.host_pinned, sticky)
+        fleet.start(self.supervision, actor, spec, template, n_actors,
+                    n_buffers, owner)
+        self.stats = setup.stats
 
     def state_dict(self):
-        """What rlplay owns of this run, for ``resume=`` (see
-        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
-        docs): the seeding tree's place, each worker's next
-        ``meta.seq`` (after its last fragment yielded) and generation, the
-        counters and the parameter version. Valid in any state (after
-        ``close()`` too)."""
-        return self._state(self.stats["version"],
-                           self._supervisor.positions(self._source.ready))
+        """The generator's ``state_dict()`` (documented there)."""
+        supervision = self.supervision
+        return self.setup.state(
+            self.stats["version"],
+            supervision.supervisor.positions(supervision.source.ready))
 
-    @property
-    def version(self):
-        """The parameter version published by the last ``next()``."""
-        return self.stats["version"]
-
-    def _next(self):
-        # the rows "next() #k" of the timelines of multi and cluster
-        source, supervisor, stats = (self._source, self._supervisor,
-                                     self.stats)
+    def next(self):
+        """The next batch: the rows "next() #k" of the timelines of multi
+        and cluster."""
+        supervision, stats = self.supervision, self.stats
+        source, supervisor = supervision.source, supervision.supervisor
         tic = stats.begin()
         what = f"batch {stats['batches']}"
-        deadline = Deadline(self._bound())
+        deadline = Deadline(supervision.bound())
         supervisor.pump(0, what)  # deaths are reported at once
-        version = self._publish(self.actor, lambda: supervisor.check(what),
-                                deadline.lock_timeout())
+        version = supervision.publish(
+            self.actor, lambda: supervisor.check(what),
+            deadline.lock_timeout())
         taken = []
 
         def stale(arrival):
@@ -164,7 +183,7 @@ class Gathered(Supervised, Generator):
                                            version, self.max_lag, stale))
             return len(taken) == self.n_per_batch
 
-        if not self._await(enough, what, deadline):
+        if not supervision.wait(enough, what, deadline):
             source.ready.give_back(taken)
             raise RolloutTimeout(
                 f"no fragment for {what} within {deadline.bound} s "
@@ -172,14 +191,15 @@ class Gathered(Supervised, Generator):
                 f"the {len(supervisor.accounts)} workers are alive; raise "
                 f"timeout= for slow envs")
         toc = time.perf_counter()
-        self.delivery.wait()  # the last device copy read the host batch
+        delivery = self.delivery
+        delivery.wait()  # the last device copy read the host batch
         # a fresh batch on the host is collated into straight away
-        fresh = self.delivery.fresh_host
-        host, npy = self._collation.collate(
+        fresh = delivery.fresh_host
+        host, npy = self.collation.collate(
             [source.fragment(a) for a in taken], fresh=fresh)
         source.ready.delivered(taken)
         source.release(taken, supervisor)
-        batch = host if fresh else self.delivery(host)
+        batch = host if fresh else delivery(host)
         stats.batch(npy, waited=toc - tic,
                     collected=source.time_collect - stats["time_collect"],
                     worker_waited=source.time_worker_wait
@@ -190,22 +210,16 @@ class Gathered(Supervised, Generator):
         stats["restarts"] = supervisor.restarts
         return batch
 
-    def poll(self, timeout=0.0):
-        """The number of fragments ready for the next batch, waiting up to
-        ``timeout`` seconds for one if there is none.
-
-        Raises the worker errors that :meth:`__next__` would.
-        """
-        if self.status is Status.CLOSED:
-            return 0
-        return self._guarded(self._poll, timeout)
-
-    def _poll(self, timeout):
-        ready, deadline = self._source.ready, time.monotonic() + timeout
-        self._supervisor.pump(0, "fragments")
+    def poll(self, timeout):
+        """The generator's ``poll(timeout)`` (documented there), once it
+        is open."""
+        supervisor = self.supervision.supervisor
+        ready, deadline = self.supervision.source.ready, \
+            time.monotonic() + timeout
+        supervisor.pump(0, "fragments")
         while not len(ready):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            self._supervisor.pump(remaining, "fragments")
+            supervisor.pump(remaining, "fragments")
         return len(ready)

@@ -20,7 +20,7 @@ import enum
 
 from ..errors import RolloutError
 
-__all__ = ["Status", "Closing", "Breakable", "Generator"]
+__all__ = ["Status", "Lifecycle"]
 
 
 class Status(enum.Enum):
@@ -29,25 +29,17 @@ class Status(enum.Enum):
     BROKEN = "broken"
 
 
-class Closing:
-    """A context manager that calls ``self.close()`` on leaving ``with``."""
+class Lifecycle:
+    """The one base of every generator (and of the evaluator): the states
+    of the module docstring, the error latch, ``close()`` and ``with``.
 
-    def close(self):
-        raise NotImplementedError
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class Breakable(Closing):
-    """Something with workers, in the states of the module docstring.
-
-    Subclasses implement ``_close(graceful)`` (release everything;
-    ``graceful=False`` after a failure) and run their calls under
-    :meth:`_guarded`.
+    A subclass implements ``_close(graceful)`` (release everything;
+    ``graceful=False`` after a failure) and runs its calls under
+    :meth:`_guarded`; a generator's ``__next__`` is
+    ``self._guarded(<its next batch>, stop=StopIteration)``. What it is
+    made of (the set-up, the supervision of its workers, the source of
+    fragments, the collation, the delivery) it holds as attributes, parts
+    that hold no reference to it, so that dropping it closes it at once.
     """
 
     status = Status.OPEN
@@ -85,12 +77,8 @@ class Breakable(Closing):
     def _close(self, graceful):
         raise NotImplementedError
 
-
-class Generator(Breakable):
-    """An iterator of batches; subclasses implement ``_next()``."""
-
-    def __iter__(self):
+    def __enter__(self):
         return self
 
-    def __next__(self):
-        return self._guarded(self._next, stop=StopIteration)
+    def __exit__(self, *exc):
+        self.close()

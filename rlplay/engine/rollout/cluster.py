@@ -63,8 +63,9 @@ the workers busy while the learner trains, at the price of lag). The
 version of a fragment is that of the request, so its lag counts the
 batches published since the request was made. ``max_lag``, the batch,
 ``copy``, ``device`` and ``pinned`` are as in :mod:`.multi`, whose
-learner's side (:class:`~._gather.Gathered`) this generator shares: only
-the source of ready fragments differs (:class:`RayRequests`).
+learner's side (:class:`~._gather.Gather`) this generator holds too: only
+the fleet (:class:`RayActors`) and the source of ready fragments differ
+(:class:`RayRequests`).
 
 Placement: before it creates an actor, the learner counts how many
 workers the nodes of the cluster can hold, node by node, with what each
@@ -113,8 +114,9 @@ from ..pool import layout
 from ..workers import (WORKER_THREADS, Arrival, Buffers, Collation,
                        RayParams, ReadyQueue, RemoteSupervisor, WorkerConfig,
                        join, new_account, ray_options)
-from ._base import PoolKeywords, Stats, Unpack, spell_out
-from ._gather import Gathered
+from ._base import Lifecycle, PoolKeywords, Stats, Status, Unpack, spell_out
+from ._calls import call_envs
+from ._gather import Gather
 
 try:
     import ray
@@ -199,7 +201,7 @@ def _check_placement(options, n_actors):
 class RayRequests:
     """The requests of the protocol: the protocol that the
     :class:`~rlplay.engine.workers.RemoteSupervisor` serves and the source of ready
-    fragments of the learner's side (:class:`~._gather.Gathered`): how many
+    fragments of the learner's side (:class:`~._gather.Gather`): how many
     requests each worker holds, the fragments received and the ready queue.
     It holds no reference to the generator, so that dropping the generator
     closes it at once."""
@@ -248,7 +250,7 @@ class RayRequests:
     def on_lost(self, w):
         return int(self.held[w] > 0)  # the fragment being filled
 
-    # the source of ready fragments (see _gather.Gathered)
+    # the source of ready fragments (see _gather.Gather)
     def fragment(self, arrival):
         return Collation.sources(self.fragments.pop(arrival.index))
 
@@ -290,32 +292,33 @@ class RayActors:
         """Nothing to check: the fragments travel through Ray's object
         store."""
 
-    def start(self, generator, spec, template, n_actors, n_buffers):
-        run, release = generator._run, join(self.address)
+    def start(self, supervision, actor, spec, template, n_actors, n_buffers,
+              owner):
+        setup = supervision.setup
+        run, release = setup.run, join(self.address)
         try:
             _check_placement(self.options, n_actors)
-            generator._source = requests = RayRequests(
+            supervision.source = requests = RayRequests(
                 ray.put(spec), Buffers(None, *layout(template)), n_actors,
                 n_buffers, run)
-            generator._count(Stats(requests.accounts))
-            requests.params = generator.params = RayParams(generator.actor,
-                                                           run.version)
+            setup.count(Stats(requests.accounts))
+            requests.params = supervision.params = RayParams(actor,
+                                                             run.version)
             # the protocol calls its workers from on_started()
             requests.supervisor = RemoteSupervisor(
                 n_actors, requests, options=self.options, release=release,
-                owner=generator, run=run, calls=generator._calls,
-                **generator._policy)
+                owner=owner, run=run, calls=setup.calls, **setup.policy)
         except BaseException:
             release()  # no supervisor holds it yet
-            generator._close(graceful=False)
+            supervision.close(graceful=False)
             raise
-        generator._supervise(lambda: requests.supervisor)
+        supervision.supervise(lambda: requests.supervisor)
 
 
-class Rollout(Gathered):
-    """The generator that :func:`rollout` returns (documented there)."""
-
-    _kind = "cluster"
+class Rollout(Lifecycle):
+    """The generator that :func:`rollout` returns (documented there): its
+    parts are those of :class:`~.multi.Rollout`, ``_gather`` (a
+    :class:`~._gather.Gather`) of :class:`RayActors`."""
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, address=None, actor_options=None,
@@ -325,13 +328,70 @@ class Rollout(Gathered):
                               "'path/to/rlplay[cluster]' (rlplay's clone "
                               "with its cluster extra), or pip install "
                               "'ray>=2.40'")
-        super().__init__(RayActors(ray_options(actor_options), address),
-                         factory, actor, n_steps, n_actors, n_per_actor,
-                         n_buffers, n_per_batch, **kwargs)
+        self._gather = gather = Gather(
+            "cluster", RayActors(ray_options(actor_options), address), self,
+            factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
+            n_per_batch, **kwargs)
+        self._setup, self._supervision = gather.setup, gather.supervision
+        self.actor, self.hx_dim = gather.actor, gather.hx_dim
+        self.delivery, self.device = gather.delivery, gather.delivery.device
+        self.timeout = gather.supervision.timeout
+        self.start_timeout = gather.supervision.start_timeout
+        self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
+        self.stats = gather.stats
+
+    call_envs = call_envs
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._guarded(self._gather.next, stop=StopIteration)
+
+    def poll(self, timeout=0.0):
+        """The number of fragments ready for the next batch, waiting up to
+        ``timeout`` seconds for one if there is none.
+
+        Raises the worker errors that :meth:`__next__` would.
+        """
+        if self.status is Status.CLOSED:
+            return 0
+        return self._guarded(self._gather.poll, timeout)
+
+    def state_dict(self):
+        """What rlplay owns of this run, for ``resume=`` (see
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, each worker's next
+        ``meta.seq`` (after its last fragment yielded) and generation, the
+        counters and the parameter version. Valid in any state (after
+        ``close()`` too)."""
+        return self._gather.state_dict()
+
+    @property
+    def version(self):
+        """The parameter version published by the last ``next()``."""
+        return self.stats["version"]
+
+    @property
+    def params(self):
+        """The published parameters (``None`` once closed)."""
+        return self._supervision.params
+
+    @property
+    def pids(self):
+        """The pid of each worker (of its latest generation)."""
+        return self._supervision.pids
+
+    @property
+    def pid(self):
+        return self._supervision.pids[0]
 
     @property
     def nodes(self):
-        return self._supervisor.nodes
+        return self._supervision.supervisor.nodes
+
+    def _close(self, graceful):
+        self._supervision.close(graceful, self.stats)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
@@ -410,5 +470,5 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
                    actor_options=actor_options, **kwargs)
 
 
-spell_out(rollout, Gathered.__init__)
-spell_out(Rollout.__init__, Gathered.__init__)
+spell_out(rollout, Gather.__init__)
+spell_out(Rollout.__init__, Gather.__init__)

@@ -78,8 +78,9 @@ from ..envs import render_refusal
 from ..workers import (Evaluate, EvaluationSpec, Result, SessionSpec,
                        WorkerConfig, cpu_copy)
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
-                    START_TIMEOUT, Breakable, Deadline, Status, probed)
-from ._supervised import Supervised
+                    START_TIMEOUT, Deadline, Lifecycle, SetUp, Status, probed)
+from ._calls import call_envs
+from ._supervised import Supervision
 
 __all__ = ["Evaluator", "Evaluation"]
 
@@ -186,7 +187,7 @@ def _recording(factory, record):
     return factory, record
 
 
-class Evaluator(Supervised, Breakable):
+class Evaluator(Lifecycle):
     """Evaluate the learner's actor in a worker process, on request.
 
     Parameters
@@ -273,7 +274,7 @@ class Evaluator(Supervised, Breakable):
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
                  resume=None, record=None, actor_device=None):
-        run = self._begin(
+        self._setup = setup = SetUp(
             "evaluator", actor, dict(n_envs=n_envs, n_episodes=n_episodes,
                                      max_steps=max_steps),
             [("n_envs", n_envs, 1), ("n_episodes", n_episodes, 1)]
@@ -283,6 +284,12 @@ class Evaluator(Supervised, Breakable):
                           shutdown_timeout=shutdown_timeout),
             restarts=restarts, restart_delay=restart_delay,
             cpu_affinity=cpu_affinity)
+        run = setup.run
+        self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
+        self.timeout, self.start_timeout = timeout, start_timeout
+        # the evaluator's parts: the set-up, the supervision of its worker
+        # (whose source holds the outstanding request and its result)
+        self._supervision = Supervision(setup, None, timeout, start_timeout)
         if not callable(factory):
             raise TypeError(f"factory must be callable and return a "
                             f"Gymnasium env, got {type(factory).__name__}")
@@ -298,7 +305,7 @@ class Evaluator(Supervised, Breakable):
             if record is not None and not probe.renders_columns:
                 raise TypeError(f"record={record!r} renders env 0's "
                                 f"frames, but {render_refusal(probe)}")
-            self._calls.refusal = probe.call_refusal
+            setup.calls.refusal = probe.call_refusal
         self._version = run.version  # the last submitted
         spec = SessionSpec(
             factory=Cloudpickled(factory), actor=Cloudpickled(cpu_copy(actor)),
@@ -306,13 +313,16 @@ class Evaluator(Supervised, Breakable):
             check_spaces="first",
             cpu_affinity=worker_cpu_affinity(cpu_affinity),
             actor_device=devices)
-        self._workers(mp_ctx, 1, lambda params:
+        self._supervision.workers(mp_ctx, 1, actor, lambda params:
                       _EvaluationRequests(
                           spec, params, EvaluationSpec(
                               n_episodes=int(n_episodes), max_steps=max_steps,
                               pending=None, record=record),
                           count=int(run.extra.get("requests", 0))),
                       name="rlplay-evaluate", stats=_stats)
+        self.stats = setup.stats
+
+    call_envs = call_envs
 
     def state_dict(self):
         """What rlplay owns of this evaluator, for ``resume=`` (see
@@ -321,16 +331,36 @@ class Evaluator(Supervised, Breakable):
         counts and the parameter version (a continuation's versions go on
         from it; an outstanding request is not part of it: submit it
         again). Valid in any state (after ``close()`` too)."""
-        member = self._supervisor.workers[0]
-        return self._state(
+        supervision = self._supervision
+        member = supervision.supervisor.workers[0]
+        return self._setup.state(
             self._version, [(0, member.generation,
                              member.account["restarts"])],
-            extra={"requests": self._source.count})
+            extra={"requests": supervision.source.count})
 
     @property
     def pending(self):
         """Whether a request is outstanding (submitted, not picked up)."""
-        return self._source.version is not None
+        return self._supervision.source.version is not None
+
+    @property
+    def params(self):
+        """The shared copy of the parameters (``None`` once closed)."""
+        return self._supervision.params
+
+    @property
+    def pids(self):
+        """The pid of the worker (of its latest generation), in a list."""
+        return self._supervision.pids
+
+    @property
+    def process(self):
+        """The worker's process object (``None`` between generations)."""
+        return self._supervision.process
+
+    @property
+    def pid(self):
+        return self._supervision.pids[0]
 
     def _closed_error(self):
         return RuntimeError("the evaluator is closed")
@@ -355,7 +385,7 @@ class Evaluator(Supervised, Breakable):
         RolloutTimeout
             The live worker held the parameters' lock too long.
         """
-        pending = self._source.version
+        pending = self._supervision.source.version
         if pending is not None and self.status is Status.OPEN:
             raise RuntimeError(f"evaluation of version {pending} is still "
                                f"outstanding: pick it up with poll() or "
@@ -364,10 +394,11 @@ class Evaluator(Supervised, Breakable):
                              keep=(ValueError,))
 
     def _submit(self, actor):
-        requests, supervisor = self._source, self._supervisor
+        supervision = self._supervision
+        requests, supervisor = supervision.source, supervision.supervisor
         supervisor.check("a request")
         what = "the parameter lock"
-        version = self._publish(actor, lambda: supervisor.check(what),
+        version = supervision.publish(actor, lambda: supervisor.check(what),
                                 Deadline(self.timeout).lock_timeout())
         requests.count += 1
         requests.version, requests.result = version, None
@@ -405,23 +436,24 @@ class Evaluator(Supervised, Breakable):
             The worker failed.
         """
         check_timeouts(timeout=timeout)
-        if self._source.version is None and self._error is None \
-                and self.params is not None:
+        if self._supervision.source.version is None \
+                and self._error is None and self.params is not None:
             raise RuntimeError("no evaluation was submitted")
         return self._guarded(self._wait, timeout, True,
                              stop=self._closed_error(),
                              keep=(RolloutTimeout,))
 
     def _wait(self, timeout, block=False):
-        requests, supervisor = self._source, self._supervisor
+        supervision = self._supervision
+        requests, supervisor = supervision.source, supervision.supervisor
         what = f"evaluation {requests.count}"
         if requests.version is None:
             supervisor.check("a request")
             return None
-        bound = self._bound() if timeout is None else timeout
+        bound = supervision.bound() if timeout is None else timeout
         deadline = Deadline(bound if block else 0.0)
         supervisor.pump(0, what)
-        if not self._await(lambda: requests.result is not None, what,
+        if not supervision.wait(lambda: requests.result is not None, what,
                            deadline, renew=timeout is None):
             if not block:
                 return None
@@ -441,3 +473,6 @@ class Evaluator(Supervised, Breakable):
     def close(self):
         """Stop the worker (see the module docstring); idempotent."""
         super().close()
+
+    def _close(self, graceful):
+        self._supervision.close(graceful, self.stats)

@@ -72,9 +72,10 @@ page-locked staging batch. The learner yields a fresh copy of it
 reused, valid until the next ``next()``.
 
 The learner's side of this protocol (publish, wait, drop, collate, hand
-back, deliver) is :class:`~._gather.Gathered`, shared with
-:mod:`.cluster`; the pool (:class:`~rlplay.engine.workers.SharedBuffers`) is its
-source of ready fragments.
+back, deliver) is :class:`~._gather.Gather`, a part that :class:`Rollout`
+holds and shares with :mod:`.cluster`; its fleet is :class:`Processes`,
+and the pool (:class:`~rlplay.engine.workers.SharedBuffers`) is its source
+of ready fragments.
 
 Waits and errors: ``timeout`` bounds the time ``next()`` waits without
 news from any worker, every wait inside it included (the parameter lock,
@@ -110,8 +111,9 @@ is unmapped and the shared parameters dropped.
 from ..devices import worker_devices
 from ..utils.mp import get_context
 from ..workers import SharedBuffers
-from ._base import PoolKeywords, Unpack, spell_out
-from ._gather import Gathered
+from ._base import Lifecycle, PoolKeywords, Status, Unpack, spell_out
+from ._calls import call_envs
+from ._gather import Gather
 
 __all__ = ["rollout", "Rollout", "Processes"]
 
@@ -137,26 +139,90 @@ class Processes:
             template, n_buffers, n_actors, what=_what(n_actors, n_buffers),
             start_method=self.context.get_start_method())
 
-    def start(self, generator, spec, template, n_actors, n_buffers):
-        ctx, run = self.context, generator._run
-        generator._workers(ctx, n_actors, lambda params: SharedBuffers(
+    def start(self, supervision, actor, spec, template, n_actors, n_buffers,
+              owner):
+        ctx, run = self.context, supervision.setup.run
+        supervision.workers(ctx, n_actors, actor, lambda params: SharedBuffers(
             template, n_buffers, n_actors, spec, params,
             what=_what(n_actors, n_buffers),
             start_method=ctx.get_start_method(), run=run),
             name="rlplay-multi")
 
 
-class Rollout(Gathered):
-    """The generator that :func:`rollout` returns (documented there)."""
-
-    _kind = "multi"
+class Rollout(Lifecycle):
+    """The generator that :func:`rollout` returns (documented there): its
+    parts are the learner's side of the pool, ``_gather`` (a
+    :class:`~._gather.Gather` of :class:`Processes`), and what that holds
+    (``_setup``, ``delivery``, ``_supervision``)."""
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
                  n_buffers, n_per_batch, *, start_method=None,
                  **kwargs: Unpack[PoolKeywords]):
-        super().__init__(Processes(start_method), factory, actor, n_steps,
-                         n_actors, n_per_actor, n_buffers, n_per_batch,
-                         **kwargs)
+        self._gather = gather = Gather(
+            "multi", Processes(start_method), self, factory, actor, n_steps,
+            n_actors, n_per_actor, n_buffers, n_per_batch, **kwargs)
+        self._setup, self._supervision = gather.setup, gather.supervision
+        self.actor, self.hx_dim = gather.actor, gather.hx_dim
+        self.delivery, self.device = gather.delivery, gather.delivery.device
+        self.timeout = gather.supervision.timeout
+        self.start_timeout = gather.supervision.start_timeout
+        self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
+        self.stats = gather.stats
+
+    call_envs = call_envs
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._guarded(self._gather.next, stop=StopIteration)
+
+    def poll(self, timeout=0.0):
+        """The number of fragments ready for the next batch, waiting up to
+        ``timeout`` seconds for one if there is none.
+
+        Raises the worker errors that :meth:`__next__` would.
+        """
+        if self.status is Status.CLOSED:
+            return 0
+        return self._guarded(self._gather.poll, timeout)
+
+    def state_dict(self):
+        """What rlplay owns of this run, for ``resume=`` (see
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, each worker's next
+        ``meta.seq`` (after its last fragment yielded) and generation, the
+        counters and the parameter version. Valid in any state (after
+        ``close()`` too)."""
+        return self._gather.state_dict()
+
+    @property
+    def version(self):
+        """The parameter version published by the last ``next()``."""
+        return self.stats["version"]
+
+    @property
+    def params(self):
+        """The shared copy of the actor's parameters (``None`` once
+        closed)."""
+        return self._supervision.params
+
+    @property
+    def pids(self):
+        """The pid of each worker (of its latest generation)."""
+        return self._supervision.pids
+
+    @property
+    def process(self):
+        """Worker 0's process object (``None`` between generations)."""
+        return self._supervision.process
+
+    @property
+    def pid(self):
+        return self._supervision.pids[0]
+
+    def _close(self, graceful):
+        self._supervision.close(graceful, self.stats)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
@@ -258,5 +324,5 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
                    **kwargs)
 
 
-spell_out(rollout, Gathered.__init__)
-spell_out(Rollout.__init__, Gathered.__init__)
+spell_out(rollout, Gather.__init__)
+spell_out(Rollout.__init__, Gather.__init__)

@@ -34,25 +34,34 @@ import torch
 from ..core import check_sticky, fragment_device, prepare
 from ..devices import module_device, same_device
 from ..seeds import collector_seed_sequence, torch_seed
-from ._base import Generator, Keywords, SetUp, Stats, Unpack, spell_out
 from ..workers import Session, SessionSpec
+from ._base import (Delivery, Keywords, Lifecycle, SetUp, Stats, Unpack,
+                    spell_out)
+from ._calls import call_envs
 from ._resume import buffer_layout
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout(SetUp, Generator):
-    """The generator that :func:`rollout` returns (documented there)."""
+class Rollout(Lifecycle):
+    """The generator that :func:`rollout` returns (documented there). Its
+    parts: the set-up (``_setup``, a :class:`~._base.SetUp`), the worker
+    session that it drives in this process (``session``), its torch random
+    stream (``_stream``) and the delivery (``delivery``)."""
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
                  pinned=False, copy=True, check_spaces="first",
                  resume=None, actor_device=None):
-        run = self._begin(
+        self._setup = setup = SetUp(
             "same", actor, dict(n_steps=n_steps, n_envs=n_envs, sticky=sticky),
             [("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
-            entropy=entropy, resume=resume, delivery=(device, pinned, copy),
-            sticky=sticky, check_spaces=check_spaces)
+            entropy=entropy, resume=resume, sticky=sticky,
+            check_spaces=check_spaces)
+        run = setup.run
+        self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
+        self.delivery = Delivery(device, pinned, copy)
+        self.device = self.delivery.device
         entropy = run.entropy  # one root for envs and actor
         device = same_device(actor, actor_device)
         self.session = Session(SessionSpec(
@@ -60,11 +69,11 @@ class Rollout(SetUp, Generator):
             sticky=sticky, check_spaces=check_spaces,
             actor_device=None if device is None else (device,)), index=0,
             collector=0, generation=run.generation[0], seq=run.seq[0],
-            calls=self._calls.payloads)
+            calls=setup.calls.payloads)
         self._seq = run.seq[0]
         self.session.start(in_process=True)
         self.envs = self.session.envs
-        self._calls.refusal = self.envs.call_refusal
+        setup.calls.refusal = self.envs.call_refusal
         try:
             if sticky:
                 check_sticky(self.envs)
@@ -78,7 +87,7 @@ class Rollout(SetUp, Generator):
                     self.envs, actor, n_steps, n_envs, env_info=env_info,
                     final=final, device=home,
                     pinned=self.delivery.host_pinned and home is None)
-            self._lay_out(buffer_layout(self.buffer.pyt,
+            setup.lay_out(buffer_layout(self.buffer.pyt,
                                         self.envs.observation_space,
                                         self.envs.action_space))
             # the actor samples from a torch stream of its own, seeded from
@@ -93,13 +102,21 @@ class Rollout(SetUp, Generator):
             except Exception:  # noqa: BLE001 - the set-up error wins
                 pass
             raise
-        self._count(Stats())
+        self.stats = setup.count(Stats())
+
+    call_envs = call_envs
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._guarded(self._next, stop=StopIteration)
 
     def _next(self):
         stats = self.stats
         tic = stats.begin()
         self.delivery.wait()  # the buffer may still feed a device copy
-        calls, session = self._calls, self.session
+        calls, session = self._setup.calls, self.session
         calls.publish()  # applied by fill(), before the fragment
         session.receive(calls.since(len(session.calls.payloads)))
         with self._stream.seeded():
@@ -119,8 +136,8 @@ class Rollout(SetUp, Generator):
         the generation, the counters; the version to go on from is the
         number of batches yielded. Valid in any state (after ``close()``
         too)."""
-        return self._state(self.stats["batches"],
-                           [(self._seq, self.session.generation, 0)])
+        return self._setup.state(self.stats["batches"],
+                                 [(self._seq, self.session.generation, 0)])
 
     def _close(self, graceful):
         """Close the envs."""

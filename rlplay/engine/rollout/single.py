@@ -95,14 +95,22 @@ from ..utils.mp import get_context
 from ..devices import worker_devices
 from ..workers import Collation, SharedBuffers
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Generator, Unpack, WorkerKeywords, spell_out)
-from ._supervised import Supervised
+                    Deadline, Delivery, Lifecycle, SetUp, Unpack,
+                    WorkerKeywords, spell_out)
+from ._calls import call_envs
+from ._supervised import Supervision
 
 __all__ = ["rollout", "Rollout"]
 
 
-class Rollout(Supervised, Generator):
-    """The generator that :func:`rollout` returns (documented there)."""
+class Rollout(Lifecycle):
+    """The generator that :func:`rollout` returns (documented there). Its
+    parts: the set-up (``_setup``, a :class:`~._base.SetUp`), the
+    supervision of its worker (``_supervision``, a
+    :class:`~._supervised.Supervision`, whose ``source``, the two shared
+    buffers, is its source of fragments), the collation (``_collation``,
+    none where the shared buffer is the batch) and the delivery
+    (``delivery``)."""
 
     def __init__(self, factory, actor, n_steps, n_envs, *, entropy=None,
                  sticky=False, env_info=None, final=True, device=None,
@@ -112,30 +120,36 @@ class Rollout(Supervised, Generator):
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
                  resume=None, actor_device=None):
-        run = self._begin(
+        self._setup = setup = SetUp(
             "single", actor, dict(n_steps=n_steps, n_envs=n_envs,
                                   sticky=sticky),
             [("n_steps", n_steps, 1), ("n_envs", n_envs, 1)],
-            entropy=entropy, resume=resume, delivery=(device, pinned, copy),
+            entropy=entropy, resume=resume,
             timeouts=dict(timeout=timeout, start_timeout=start_timeout,
                           shutdown_timeout=shutdown_timeout),
             restarts=restarts, restart_delay=restart_delay, sticky=sticky,
             check_spaces=check_spaces, cpu_affinity=cpu_affinity)
+        run = setup.run
+        self.actor, self.hx_dim = actor, getattr(actor, "hx_dim", 1)
+        self.delivery = delivery = Delivery(device, pinned, copy)
+        self.device = delivery.device
+        self.timeout, self.start_timeout = timeout, start_timeout
+        self._supervision = supervision = Supervision(
+            setup, delivery, timeout, start_timeout)
         n_steps, n_envs = int(n_steps), int(n_envs)
         mp_ctx = get_context(start_method)
         devices = worker_devices(actor_device, 1,
                                  start_method=mp_ctx.get_start_method())
         # the worker's actor is a CPU copy; the buffers are sized with it in
         # this process, from a probe env the factory makes and we close
-        spec, template = self._probe(
-            factory, n_steps, n_envs, sticky=sticky, env_info=env_info,
-            final=final, check_spaces=check_spaces,
+        spec, template = setup.probe(
+            factory, actor, n_steps, n_envs, sticky=sticky,
+            env_info=env_info, final=final, check_spaces=check_spaces,
             cpu_affinity=cpu_affinity, actor_device=devices,
             sparse_final=True)
         # the worker leaves the copies of obs in `final` to the learner,
         # which makes them as it copies the fragment (or in the shared
         # buffer itself, when that is the batch)
-        delivery = self.delivery
         self._in_place = delivery.device is None and not delivery.copy \
             and not delivery.pinned
         # (no host batch of its own where the shared buffer is the batch)
@@ -145,23 +159,32 @@ class Rollout(Supervised, Generator):
         self._held = None  # the arrival whose buffer the learner holds
         # the first batch of this part of the run (> 0 for a resume)
         self._first = run.counters.get("batches", 0)
-        self._workers(mp_ctx, 1, lambda params: SharedBuffers(
+        supervision.workers(mp_ctx, 1, actor, lambda params: SharedBuffers(
             template, 2, 1, spec, params,
             what=f"two buffers of {n_steps} steps of {n_envs} envs",
             start_method=mp_ctx.get_start_method(), run=run),
             name="rlplay-single")
-        self.buffers = tuple(self._source.buffers)
+        self.stats = setup.stats
+        self.buffers = tuple(supervision.source.buffers)
+
+    call_envs = call_envs
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._guarded(self._next, stop=StopIteration)
 
     def _next(self):
         # one step of the protocol in the module docstring
-        shared, supervisor, stats = (self._source, self._supervisor,
-                                     self.stats)
+        supervision, stats = self._supervision, self.stats
+        shared, supervisor = supervision.source, supervision.supervisor
         tic = stats.begin()
         k = stats["batches"]
         what = f"fragment {k}"
-        deadline = Deadline(self._bound())
+        deadline = Deadline(supervision.bound())
         supervisor.pump(0, what)
-        if not self._await(lambda: len(shared.ready), what, deadline):
+        if not supervision.wait(lambda: len(shared.ready), what, deadline):
             raise RolloutTimeout(
                 f"no {what} within {deadline.bound} s although the "
                 f"worker is alive; raise timeout= for slow envs")
@@ -172,8 +195,8 @@ class Rollout(Supervised, Generator):
         shared.ready.delivered([arrival])
         if k > first:
             # publish only now (see the docstring), then hand back #k-1
-            self._publish(self.actor, lambda: supervisor.check(what),
-                          deadline.lock_timeout())
+            supervision.publish(self.actor, lambda: supervisor.check(what),
+                                deadline.lock_timeout())
             shared.release([self._held], supervisor)
         self._held = arrival
         waited = time.perf_counter() - tic
@@ -208,12 +231,34 @@ class Rollout(Supervised, Generator):
         counters; a continuation's parameters start at the version of the
         number of batches yielded. Valid in any state (after ``close()``
         too)."""
-        return self._state(self.stats["batches"],
-                           self._supervisor.positions(self._source.ready))
+        supervision = self._supervision
+        return self._setup.state(
+            self.stats["batches"],
+            supervision.supervisor.positions(supervision.source.ready))
+
+    @property
+    def params(self):
+        """The shared copy of the actor's parameters (``None`` once
+        closed)."""
+        return self._supervision.params
+
+    @property
+    def pids(self):
+        """The pid of each worker (of its latest generation)."""
+        return self._supervision.pids
+
+    @property
+    def process(self):
+        """The worker's process object (``None`` between generations)."""
+        return self._supervision.process
+
+    @property
+    def pid(self):
+        return self._supervision.pids[0]
 
     def _close(self, graceful):
         self.buffers = None  # the learner's views: the pool goes with them
-        super()._close(graceful)
+        self._supervision.close(graceful, self.stats)
 
 
 def rollout(factory, actor, n_steps, n_envs, *, start_method=None,

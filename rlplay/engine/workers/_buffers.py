@@ -8,9 +8,9 @@ the file-descriptor limits first), tracks which buffers each worker holds
 reports into a :class:`~._batch.ReadyQueue` and makes each worker's start
 bundle: it is the protocol that the :class:`~._supervisor.Supervisor`
 serves, and the source of ready fragments of the learner's side
-(:class:`~._gather.Gathered`). A worker retired for a restart leaves the
-buffers it held to its replacement: the fragment it was filling is
-discarded, never delivered in part.
+(:class:`rlplay.engine.rollout._gather.Gather`). A worker retired for a
+restart leaves the buffers it held to its replacement: the fragment it was
+filling is discarded, never delivered in part.
 
 It holds no reference to the generator or to the supervisor (which its
 methods take as an argument), so that the supervisor's exit handler may
@@ -141,7 +141,7 @@ class SharedBuffers:
             orders.setdefault(w, []).append(index)
         return orders
 
-    # the source of ready fragments (see _gather.Gathered)
+    # the source of ready fragments (see rollout._gather.Gather)
     def fragment(self, arrival):
         """The leaves of an arrival's buffer, in :class:`Collation`'s
         order."""

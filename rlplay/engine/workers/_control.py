@@ -2,7 +2,7 @@
 (``same``, ``single``, ``multi``, ``cluster``, the
 :class:`~rlplay.engine.rollout.evaluate.Evaluator`, and ``episodic`` over
 them), the whole story (the generators' method is
-:class:`rlplay.engine.rollout._calls.EnvControl`).
+:func:`rlplay.engine.rollout._calls.call_envs`).
 
 A call is checked and cloudpickled once, in the learner, when it is made
 (:class:`CallLog`: refused up front where the method is ``reset``,
