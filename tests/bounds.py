@@ -151,9 +151,14 @@ GONE = 1.0
 # a learner killed outright: every worker it started is gone within
 # ORPHANED, every other process it started (the resource tracker, the fork
 # server) and every named semaphore it made within LEFT_OVER
-# (tests/test_guarantees.py)
+# (tests/test_guarantees.py). The workers die by a signal the kernel sends
+# at the learner's death; the fork server and the resource tracker notice
+# the end of a pipe and exit as Python processes do (the fork server with
+# torch imported): at a load of 16 on two cores that once took over 5 s,
+# so LEFT_OVER checks that they end on their own, not how fast a loaded
+# machine schedules them (the check returns as soon as they are gone)
 ORPHANED = 2.0
-LEFT_OVER = 5.0
+LEFT_OVER = 30.0
 
 # a node lost from a Ray cluster (its raylet SIGKILLed): its worker is
 # reported dead within NODE_LOST; tests/cluster_nodes.py sets Ray's health
