@@ -15,7 +15,8 @@ over Brax are parametrised with gymnax's in test_jax_source.py.
   (ends) and ``info["truncation"]`` (truncations) through each env's
   first episode, with ``action_repeat`` 2 (after it Brax restarts an env
   from its first state, the adapter from a fresh reset).
-- ``call_envs("set_params", episode_length=...)`` sets the time limit.
+- ``call_envs("set_params", episode_length=...)`` sets the time limit;
+  observations that are dicts come as dicts.
 - HalfCheetah: what agrees with Gymnasium's HalfCheetah-v5 exactly (the
   spaces, the time of a step, the time limit at 1,000 steps, the reward
   as its forward and control terms).
@@ -37,6 +38,7 @@ from brax.envs.wrappers import training  # noqa: E402
 from brax_envs import (B, LIMIT, Nudger, brax_pendulum,  # noqa: E402
                        brax_pendulum_env, brax_reference)
 from generators import assert_fragments_equal  # noqa: E402
+from rlplay.engine import BaseActorModule  # noqa: E402
 from rlplay.engine.nested import suply  # noqa: E402
 from rlplay.engine.rollout import same  # noqa: E402
 from rlplay.envs import Brax, JaxSource  # noqa: E402
@@ -148,6 +150,43 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="action_repeat must be an int"):
         Brax(env, action_repeat=1.5)
     assert brax_pendulum_env().backend == "spring"
+
+
+class Push(BaseActorModule):
+    """Every env pushed with +1."""
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        return torch.ones(stepno.shape + (1,)), hx, {}
+
+
+def test_dict_observations():
+    """Brax's ``fast`` test env with observations as a dict: their
+    fragments are dicts of ``(1 + T, B, ...)`` tensors, the true last
+    ones at each time limit (the point's position and speed after 5
+    pushes, by Brax's equations: the speed grows by dt = 0.02 a push,
+    the position by the speed times dt)."""
+    env = brax_envs.get_environment("fast", obs_mode="dict_state")
+    source = Brax(env, num_envs=3, episode_length=5)
+    assert source.single_observation_space == gymnasium.spaces.Dict(
+        {"state": gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)})
+    frag, = fragments(lambda: JaxSource(source), n=1, n_envs=3,
+                      actor=Push())
+    obs, final = frag.state.obs["state"], frag.final["state"]
+    assert obs.shape == final.shape == (T + 1, 3, 2)
+    ends = torch.zeros(T + 1, dtype=bool)
+    ends[[5, 10]] = True
+    assert torch.equal(frag.truncated, ends[:, None].expand(T + 1, 3))
+    speed, position = np.float32(0), np.float32(0)
+    for _ in range(5):
+        speed = speed + np.float32(0.02)
+        position = position + speed * np.float32(0.02)
+    for t in (5, 10):
+        np.testing.assert_allclose(final[t].numpy(),
+                                   [[position, speed]] * 3, rtol=1e-6)
+        assert (obs[t] == 0).all()  # Brax's reset of the env
+        # the reward is the position the step reached
+        np.testing.assert_allclose(frag.state.rew[t].numpy(), position,
+                                   rtol=1e-6)
 
 
 # ------------------------------------------------------------ HalfCheetah --
