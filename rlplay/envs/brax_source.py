@@ -69,7 +69,8 @@ class Brax(JaxEnv):
     Parameters
     ----------
     env : brax.envs.Env or str
-        A Brax env without Brax's ``VmapWrapper``, ``EpisodeWrapper`` or
+        A Brax env without Brax's ``VmapWrapper`` (nor
+        ``DomainRandomizationVmapWrapper``), ``EpisodeWrapper`` or
         ``AutoResetWrapper`` (other wrappers are fine), or the name of a
         registered one (``"halfcheetah"``), made with
         ``brax.envs.get_environment(env, backend=backend, **kwargs)``.
@@ -178,15 +179,16 @@ class Brax(JaxEnv):
 
 def _refuse_training_wrappers(env):
     wrappers = (brax_training.VmapWrapper, brax_training.EpisodeWrapper,
-                brax_training.AutoResetWrapper)
+                brax_training.AutoResetWrapper,
+                brax_training.DomainRandomizationVmapWrapper)
     inner = env
     while isinstance(inner, brax_envs.Wrapper):
         if isinstance(inner, wrappers):
             raise TypeError(f"env must be a Brax env without Brax's "
                             f"VmapWrapper, EpisodeWrapper and "
-                            f"AutoResetWrapper (Brax does their work; "
-                            f"AutoResetWrapper overwrites the last "
-                            f"observation), got one wrapped in "
+                            f"AutoResetWrapper (rlplay.envs.Brax does "
+                            f"their work; AutoResetWrapper overwrites the "
+                            f"last observation), got one wrapped in "
                             f"{type(inner).__name__}")
         inner = inner.env
 
