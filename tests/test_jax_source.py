@@ -464,18 +464,24 @@ def _jax_gpu():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_no_sync_per_step_on_cuda():
+@pytest.mark.parametrize("name", FAMILIES)
+def test_no_sync_per_step_on_cuda(name):
     """On a GPU (JAX's and torch's), a fragment collected under torch's
     sync debug mode "error": no step waits for the device."""
     device = _jax_gpu()
     if device is None:
         pytest.skip("JAX has no GPU here")
-    env = protocol_env()
+    _, _, actor = family(name)
+    if name == "gymnax":
+        env = protocol_env()
+    else:
+        import brax_envs
+        env = brax_envs.brax_pendulum_env()
 
     def factory():
         return JaxSource(env, device=device)
 
-    actor = Balancer().to("cuda")
+    actor = actor().to("cuda")
     with same.rollout(factory, actor, T, B, entropy=1,
                       check_spaces="never", copy=False) as feed:
         next(feed)
