@@ -37,6 +37,20 @@ every one stepping ``n`` CartPoles with the benchmarks' actor (a
     Skipped, saying so, where JAX or gymnax is missing (``pip install -e
     'path/to/rlplay[jax]'``).
 
+``brax.NAME.n/hand``, ``brax.NAME.n/same.rollout``, ``....alternating``
+    Only with ``--brax NAME`` (``halfcheetah``; Brax's steps take tens of
+    seconds to compile on a CPU, once per size): Brax's env ``NAME`` on
+    the pipeline of ``--brax-backend`` (``mjx``, MuJoCo's MJX, by
+    default), stepped with a Gaussian MLP (64-64 hidden units) on the
+    torch rows' device, its samples clipped to [-1, 1]. By hand: Brax's
+    own training wrappers (``VmapWrapper``, ``EpisodeWrapper`` at 1,000
+    steps, ``AutoResetWrapper``, which overwrites the last
+    observations), one jit-compiled step a row, DLPack both ways,
+    preallocated tensors;
+    ``same.rollout`` over ``JaxSource(Brax(...))`` (the last
+    observations kept, time limits as truncations, statistics); the two
+    alternating. Skipped, saying so, where Brax is missing.
+
 Every row runs once per round, rows in turn (``harness.measure``);
 steps/s are medians over ``--rounds`` rounds with their spread
 ``[min-max]``, ratios taken round by round. With ``--device cuda`` (where
@@ -46,7 +60,8 @@ script says so in one line and measures the CPU rows.
 
     python benchmarks/torch_envs.py [--json] [--rounds 3] [--duration 1]
                                     [--sizes 1024,8192] [--steps 64]
-                                    [--device cpu]
+                                    [--device cpu] [--brax halfcheetah]
+                                    [--brax-backend mjx]
 """
 import argparse
 import functools
@@ -61,7 +76,7 @@ from harness import (Row, alternated, fmt, measure, paired, print_json,
                      record, spread, stats, timed)
 from rlplay.engine.rollout import same
 from rlplay.envs import TorchCartPole
-from workloads import MLPActor
+from workloads import GaussianActor, MLPActor
 
 __all__ = ["main"]
 
@@ -226,6 +241,93 @@ def rollout_jax(n_envs, n_steps, device):
     return fragment, feed.close
 
 
+@functools.lru_cache(maxsize=None)
+def _brax(name, backend):
+    """Brax's env ``name`` on ``backend``, or why not (one object: the
+    rounds share its compilations)."""
+    try:
+        from brax import envs
+    except ImportError:
+        return "Brax is missing (pip install -e 'path/to/rlplay[jax]')"
+    return envs.get_environment(name, backend=backend)
+
+
+@functools.lru_cache(maxsize=None)
+def _brax_calls(name, backend, n_envs):
+    """The hand loop's compiled reset and step (Brax's own training
+    wrappers), and the adapter of the rlplay rows, made once a size."""
+    import jax
+    from brax.envs.wrappers import training
+
+    from rlplay.envs import Brax
+    env = _brax(name, backend)
+    wrapped = training.wrap(env, episode_length=1000)
+    return (jax.jit(wrapped.reset), jax.jit(wrapped.step),
+            Brax(env, num_envs=n_envs))
+
+
+def _gaussian(n_obs, n_actions, device):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return GaussianActor(n_obs, n_actions).to(device)
+
+
+def hand_brax(name, backend, n_envs, n_steps, device):
+    """The hand-written loop over Brax's env with Brax's own wrappers:
+    ``(fragment, close)``."""
+    import jax
+    import jax.numpy as jnp
+    reset, step, adapter = _brax_calls(name, backend, n_envs)
+    n_obs, = adapter.single_observation_space.shape
+    n_actions, = adapter.single_action_space.shape
+    actor = _gaussian(n_obs, n_actions, device)
+    rows = (n_steps + 1, n_envs)
+    obs = torch.zeros(rows + (n_obs,), device=device)
+    act = torch.zeros(rows + (n_actions,), device=device)
+    rew = torch.zeros(rows, device=device)
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
+    carry = [reset(jax.random.split(jax.random.PRNGKey(0), n_envs))]
+    obs[0] = torch.from_dlpack(carry[0].obs)
+    sync = _sync(device)
+
+    def fragment():
+        state = carry[0]
+        for t in range(n_steps):
+            act[t + 1] = actor.sample(obs[t:t + 1])[0]
+            state = step(state, jnp.from_dlpack(act[t + 1]))
+            obs[t + 1] = torch.from_dlpack(state.obs)
+            rew[t + 1] = torch.from_dlpack(state.reward)
+            done[t + 1] = torch.from_dlpack(state.done) != 0
+        carry[0] = state
+        obs[0] = obs[n_steps]
+        sync()
+    return fragment, lambda: None
+
+
+def rollout_brax(name, backend, n_envs, n_steps, device):
+    """``same.rollout`` over ``JaxSource(Brax(env, n_envs))``."""
+    from rlplay.envs import JaxSource
+    *_, adapter = _brax_calls(name, backend, n_envs)
+    n_obs, = adapter.single_observation_space.shape
+    n_actions, = adapter.single_action_space.shape
+    feed = same.rollout(functools.partial(JaxSource, adapter),
+                        _gaussian(n_obs, n_actions, device), n_steps,
+                        n_envs, entropy=0, copy=False)
+    sync = _sync(device)
+
+    def fragment():
+        next(feed)
+        sync()
+    return fragment, feed.close
+
+
+def _needs_brax(name, backend, run):
+    def checked(seconds):
+        missing = _brax(name, backend)
+        return missing if isinstance(missing, str) else run(seconds)
+    return checked
+
+
 def _needs_gymnax(run):
     def checked(seconds):
         missing = _gymnax()
@@ -273,7 +375,7 @@ def _alternated(n_envs, n_steps, device, rollout=rollout_torch,
     return run
 
 
-def rows(sizes, n_steps, device):
+def rows(sizes, n_steps, device, brax=None, brax_backend="mjx"):
     out = []
     for n in sizes:
         steps = n * n_steps
@@ -300,6 +402,21 @@ def rows(sizes, n_steps, device):
             Row(f"jax.{n}/same.rollout.alternating", _needs_gymnax(
                 _alternated(n, n_steps, cpu, rollout_jax, hand_jax))),
         ]
+        if brax:
+            # Brax on JAX's default device, the actor on the torch rows'
+            tag = f"brax.{brax}.{n}"
+            hand = functools.partial(hand_brax, brax, brax_backend)
+            rollout = functools.partial(rollout_brax, brax, brax_backend)
+            out += [
+                Row(f"{tag}/hand", _needs_brax(brax, brax_backend, _timed(
+                    functools.partial(hand, n, n_steps, device), steps))),
+                Row(f"{tag}/same.rollout", _needs_brax(
+                    brax, brax_backend, _timed(functools.partial(
+                        rollout, n, n_steps, device), steps))),
+                Row(f"{tag}/same.rollout.alternating", _needs_brax(
+                    brax, brax_backend,
+                    _alternated(n, n_steps, device, rollout, hand))),
+            ]
     return out
 
 
@@ -345,6 +462,10 @@ def main(argv=None):
                         help="rows per fragment")
     parser.add_argument("--device", default="cpu",
                         help="where the torch rows run (cuda: the actor too)")
+    parser.add_argument("--brax", default=None,
+                        help="rows of this Brax env too (halfcheetah)")
+    parser.add_argument("--brax-backend", default="mjx",
+                        help="the Brax rows' physics pipeline")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     device = torch.device(args.device)
@@ -356,7 +477,7 @@ def main(argv=None):
         print("benchmarks/torch_envs.py: no GPU on this machine: CPU rows "
               "only (--device cuda measures them on a GPU where present)")
     sizes = [int(n) for n in args.sizes.split(",")]
-    selected = rows(sizes, args.steps, device)
+    selected = rows(sizes, args.steps, device, args.brax, args.brax_backend)
     results, skipped, failed = measure(selected, args.rounds, args.duration)
     table = records(selected, results)
     table += [{"name": name, "skipped": why}

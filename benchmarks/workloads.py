@@ -19,7 +19,8 @@ from rlplay.engine import FeedForwardActor
 
 __all__ = ["N_ENVS", "N_ACTORS", "N_CPUS", "BUSY_SECONDS", "ACTOR_CALLS",
            "N_VECTOR", "BusyEnv", "make_cartpole", "make_cartpole_vec",
-           "make_envpool", "MLPActor", "PixelEnv", "NatureCNN", "CNNActor",
+           "make_envpool", "MLPActor", "GaussianActor", "PixelEnv",
+           "NatureCNN", "CNNActor",
            "PIXEL_SHAPE", "WORKLOADS", "Arrays", "clipper", "random_actions",
            "hand_loop", "hand_vector_loop",
            "run_hand", "run_vector", "run_hand_vector", "run_bare_loop",
@@ -107,6 +108,16 @@ class MLPActor(FeedForwardActor):
 
     def act(self, obs):
         return self.sample(obs), {}
+
+
+class GaussianActor(MLPActor):
+    """The benchmarks' actor for continuous actions in [-1, 1]: an MLP
+    whose outputs are the means of a Gaussian of scale 0.5, its samples
+    clipped into the bounds."""
+
+    def sample(self, obs):
+        mean = self.mlp(obs)
+        return torch.clamp(mean + 0.5 * torch.randn_like(mean), -1.0, 1.0)
 
 
 PIXEL_SHAPE = (4, 84, 84)     # a stacked Atari observation (28,224 bytes)

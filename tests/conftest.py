@@ -234,8 +234,8 @@ def _uses_ray(item):
 
 def _uses_jax(item):
     """Whether ``item`` runs JAX in the test's own process: the JAX
-    sources' tests and doctests."""
-    return "jax_source" in item.nodeid
+    sources' tests and doctests (Brax's among them)."""
+    return "jax_source" in item.nodeid or "brax_source" in item.nodeid
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups

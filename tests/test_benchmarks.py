@@ -478,3 +478,21 @@ def test_torch_envs_prints_its_rows_and_says_without_a_gpu():
         assert row["x_hand_min"] <= row["x_hand"] <= row["x_hand_max"]
     if not torch_cuda_available():
         assert "no GPU on this machine" in out.splitlines()[0]
+
+
+def test_torch_envs_brax_rows():
+    """``torch_envs.py --brax NAME``: three rows of Brax's env (here its
+    ``fast`` test env, quick to compile) beside the others, the
+    alternating one with its CPU-time ratio."""
+    pytest.importorskip("brax")
+    out = run("torch_envs.py", "--json", "--rounds", "2", "--duration",
+              "0.1", "--sizes", "8", "--steps", "4", "--brax", "fast")
+    rows = json_rows(out)
+    names = {f"brax.fast.8/{r}" for r in (
+        "hand", "same.rollout", "same.rollout.alternating")}
+    assert names <= set(rows)
+    for name in names:
+        row = rows[name]
+        assert row["min"] <= row["steps_per_s"] <= row["max"]
+        assert row["x_hand_min"] <= row["x_hand"] <= row["x_hand_max"]
+    assert "x_hand_cpu" in rows["brax.fast.8/same.rollout.alternating"]

@@ -48,7 +48,8 @@ NEEDS = {"rollout import cluster": "ray", "import ray": "ray",
          "import simple_spread": "mpe2",
          "import SummaryWriter": "tensorboard",
          "import ale_py": "ale_py", "HalfCheetah": "mujoco",
-         "import gymnax": "gymnax", "jax.numpy as jnp": "jax"}
+         "import gymnax": "gymnax", "jax.numpy as jnp": "jax",
+         "import Brax": "brax"}
 # a bound on one block (bounds.py says why)
 from bounds import MARGIN, DOC_BLOCK as BOUND  # noqa: E402
 # a module that a plain install lacks: importing it fails as it would there

@@ -13,12 +13,15 @@ CPU; skipped where JAX or gymnax is absent.
   states) where their equations agree: the same ends, truncations,
   rewards and actions, the observations within float32 rounding (gymnax
   steps in float32, Gymnasium in float64).
-- The consumers (episodes, Replay, returns, V-trace, RunningNorm), the
-  ``Evaluator``, ``single`` (a spawned worker) and ``call_envs``
-  (gymnax's parameters) take it.
-- No host transfer during collection: JAX's transfer guard disallows
-  every implicit one, and no tensor is converted to numpy; on CUDA (where
-  present) under torch's sync debug mode.
+- The consumers (episodes, Replay, returns, V-trace, RunningNorm) and
+  the ``Evaluator`` take it, and Brax's sources
+  (:class:`~rlplay.envs.Brax`, tests/brax_envs.py) as well, against
+  their own reference; ``single`` (a spawned worker) and ``call_envs``
+  (gymnax's parameters; Brax's in test_brax_source.py) take it.
+- No host transfer during collection (gymnax's and Brax's): JAX's
+  transfer guard disallows every implicit one, and no tensor is
+  converted to numpy; on CUDA (where present) under torch's sync debug
+  mode.
 """
 import functools
 import itertools
@@ -277,13 +280,31 @@ def test_gymnax_cartpole_equals_gymnasiums():
 
 # ------------------------------------------------------------ consumers --
 
-@pytest.fixture(scope="module")
-def collected():
-    """Fragments of the JAX source and of Gymnasium's reference (next
-    observations within float32 rounding: the consumers are compared on
-    what is exact, and on values within tolerance)."""
-    return (fragments(jax_cartpole, n=6, actor=Tipper()),
-            fragments(gymnasium_reference, n=6, actor=Tipper()))
+FAMILIES = ["gymnax", "brax"]
+
+
+def family(name):
+    """``(factory, reference, actor)`` of a family of JAX sources:
+    gymnax's CartPole against Gymnasium's, Brax's inverted pendulum
+    against a plain loop over Brax (tests/brax_envs.py; skipped where
+    Brax is absent). Both observe 4 numbers."""
+    if name == "gymnax":
+        return jax_cartpole, gymnasium_reference, Tipper
+    pytest.importorskip("brax")
+    import brax_envs
+    return brax_envs.brax_pendulum, brax_envs.brax_reference, \
+        brax_envs.Nudger
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def collected(request):
+    """Fragments of a JAX source and of its reference (gymnax's next
+    observations within float32 rounding of Gymnasium's, Brax's equal to
+    its loop's: the consumers are compared on what is exact, and on
+    values within tolerance)."""
+    factory, reference, actor = family(request.param)
+    return (fragments(factory, n=6, actor=actor()),
+            fragments(reference, n=6, actor=actor()))
 
 
 def test_episodes_over_it_equal_gymnasiums(collected):
@@ -361,24 +382,26 @@ def test_call_envs_sets_gymnax_params_between_fragments():
     assert third.truncated.sum() >= 2 * B
 
 
-def test_evaluate_and_the_evaluator():
+@pytest.mark.parametrize("name", FAMILIES)
+def test_evaluate_and_the_evaluator(name):
     """The Evaluator's worker (spawned) plays what core.evaluate plays
     over the same source seeded from collector EVAL_COLLECTOR; episodes
     cut at max_steps reset their envs alone (a masked reset)."""
     entropy, n_episodes = 11, 12
-    factory = functools.partial(jax_cartpole, B, 30)
+    factory, _, actor = family(name)
+    factory = functools.partial(factory, B, 30)
     sequences = env_seed_sequences(seed_sequence(entropy), B,
                                    EVAL_COLLECTOR)
     envs = make_batch(factory, sequences)
-    want = evaluate(envs, Balancer(), n_episodes, max_steps=20,
+    want = evaluate(envs, actor(), n_episodes, max_steps=20,
                     seed_sequences=next_reset_seeds(sequences))
     envs.close()
     returns, lengths = want
     assert len(lengths) == n_episodes and max(lengths) <= 20
-    with Evaluator(factory, Balancer(), n_envs=B, n_episodes=n_episodes,
+    with Evaluator(factory, actor(), n_envs=B, n_episodes=n_episodes,
                    max_steps=20, entropy=entropy, start_method="spawn",
                    timeout=STEADY, start_timeout=START) as evaluator:
-        evaluator.submit(Balancer())
+        evaluator.submit(actor())
         got = evaluator.result()
     np.testing.assert_array_equal(got.returns, returns)
     np.testing.assert_array_equal(got.lengths, lengths)
@@ -399,11 +422,13 @@ def test_single_equals_same():
 
 # ---------------------------------------------------- no host transfer --
 
-def test_no_host_transfer_during_collection(monkeypatch):
+@pytest.mark.parametrize("name", FAMILIES)
+def test_no_host_transfer_during_collection(monkeypatch, name):
     """After the first fragment (its space checks read one host copy),
     JAX's transfer guard refuses every implicit transfer between host and
     device, and no tensor is converted to numpy or read as a number."""
-    with same.rollout(jax_cartpole, Balancer(), T, B, entropy=1,
+    factory, _, actor = family(name)
+    with same.rollout(factory, actor(), T, B, entropy=1,
                       check_spaces="first") as feed:
         next(feed)
         calls = counting(monkeypatch)
@@ -439,18 +464,24 @@ def _jax_gpu():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_no_sync_per_step_on_cuda():
+@pytest.mark.parametrize("name", FAMILIES)
+def test_no_sync_per_step_on_cuda(name):
     """On a GPU (JAX's and torch's), a fragment collected under torch's
     sync debug mode "error": no step waits for the device."""
     device = _jax_gpu()
     if device is None:
         pytest.skip("JAX has no GPU here")
-    env = protocol_env()
+    _, _, actor = family(name)
+    if name == "gymnax":
+        env = protocol_env()
+    else:
+        import brax_envs
+        env = brax_envs.brax_pendulum_env()
 
     def factory():
         return JaxSource(env, device=device)
 
-    actor = Balancer().to("cuda")
+    actor = actor().to("cuda")
     with same.rollout(factory, actor, T, B, entropy=1,
                       check_spaces="never", copy=False) as feed:
         next(feed)

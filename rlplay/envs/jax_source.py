@@ -10,7 +10,8 @@ Three pieces:
 
 - :class:`JaxEnv`, the protocol a batched JAX env meets (gymnax, Brax
   and MJX-style envs fit it through a small adapter; rlplay ships
-  gymnax's, :class:`Gymnax`): pure functions of
+  gymnax's, :class:`Gymnax`, and Brax's, :class:`rlplay.envs.Brax` in
+  :mod:`rlplay.envs.brax_source`): pure functions of
   a key, a state, a batch of actions and the env's parameters, which
   :class:`JaxSource` compiles once;
 - :class:`JaxSource`, a Gymnasium ``VectorEnv`` in same-step autoreset
@@ -40,7 +41,8 @@ pytree of arrays (or ``None``) handed to every call, so that changing it
 Both must be pure and traceable by ``jax.jit``. Brax's ``AutoResetWrapper``
 and gymnax's ``step`` overwrite the last observation with the reset one:
 an adapter steps the env without its auto-reset and resets it itself, as
-:class:`Gymnax` does with gymnax's ``step_env``/``reset_env``.
+:class:`Gymnax` does with gymnax's ``step_env``/``reset_env`` (and
+:class:`~rlplay.envs.Brax` with Brax's bare env).
 
 Keys
 ----
