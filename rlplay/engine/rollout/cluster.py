@@ -451,8 +451,9 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     Notes
     -----
     The attributes of ``feed``: ``params`` (the published parameters,
-    ``None`` once closed), ``version`` (the parameter version published by
-    the last ``next()``), ``pids`` and ``nodes`` (each worker's process id
+    ``None`` once closed), ``version`` (the parameter version at the last
+    ``next()``), ``publish()`` (publish the actor's parameters now),
+    ``pids`` and ``nodes`` (each worker's process id
     and Ray node id, ``None`` until it has started), ``hx_dim`` and
     ``stats`` (as ``multi``'s; each worker's dict also holds its
     ``node``).

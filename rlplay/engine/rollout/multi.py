@@ -104,6 +104,12 @@ resets with seeds of its own generation, loads the latest parameters and
 numbers its fragments on from the last one received. Fragments received
 before the failure are delivered as usual.
 
+Prefetch and publication (``prefetch=``, ``publish=``): a thread of the
+learner may run the wait, the collation and the device copy of the next
+batches while the caller trains, and ``next()`` publish or leave that to
+``feed.publish()``; what changes for the versions and ``max_lag`` is in
+:mod:`._prefetch` (and docs/how-to/prefetch.md).
+
 Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
@@ -242,7 +248,8 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     closes it. The keywords that every generator shares (``entropy``,
     ``sticky``, ``env_info``, ``final``, ``device``, ``pinned``,
     ``copy``, ``check_spaces``, the timeouts, ``restarts``,
-    ``restart_delay``, ``cpu_affinity``, ``resume``) are documented once,
+    ``restart_delay``, ``cpu_affinity``, ``resume``, ``prefetch``,
+    ``publish``) are documented once,
     in :mod:`rlplay.engine.rollout`; ``start_method`` there too; those of
     this generator alone are below.
 
@@ -302,7 +309,8 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     -----
     The attributes of ``feed``: ``params`` (the shared copy of the actor's
     parameters, ``None`` once closed), ``version`` (the parameter version
-    published by the last ``next()``), ``pids`` (the workers' process ids,
+    at the last ``next()``), ``publish()`` (publish the actor's
+    parameters now), ``pids`` (the workers' process ids,
     of their current generation), ``hx_dim`` (the actor's: ``hx`` is
     collated along it) and ``stats`` (the keys of
     :data:`rlplay.engine.rollout.STATS_KEYS`, documented there; per worker

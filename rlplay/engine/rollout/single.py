@@ -54,6 +54,14 @@ The ``call_envs`` calls made before ``next()`` #k go with ``v_k``, down the
 pipe before ``Give``, and are applied before #k+1 (``call_envs`` in
 :mod:`rlplay.engine.rollout`).
 
+With ``publish="manual"``, ``next()`` publishes nothing (it still hands
+back the buffer of #k-1) and each fragment records the publications made
+by ``feed.publish()`` before its worker started it: the lag is the
+caller's. With ``prefetch=1`` a thread of the learner waits for #k and
+copies it out while the caller trains on #k-1; ``next()`` #k then
+publishes and hands back as above, so the versions are those without
+prefetch (:mod:`._prefetch`).
+
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
 starts; ``timeout=None`` alone removes the bound), watching its sentinel
@@ -320,8 +328,9 @@ def rollout(factory, actor, n_steps, n_envs, *, start_method=None,
     collected one batch behind the learner's parameters. Returns a
     :class:`Rollout`: an endless iterator and a context manager;
     ``close()`` is idempotent, and dropping it closes it too. The keywords
-    every generator shares (``start_method`` and the timeouts included)
-    are documented once, in :mod:`rlplay.engine.rollout`.
+    every generator shares (``start_method``, the timeouts, ``prefetch``
+    and ``publish`` included) are documented once, in
+    :mod:`rlplay.engine.rollout`.
 
     Parameters
     ----------
@@ -370,8 +379,9 @@ def rollout(factory, actor, n_steps, n_envs, *, start_method=None,
     The attributes of ``feed``: ``buffers`` (the two shared host buffers,
     numpy and torch views), ``process`` and ``pid`` (the worker, of its
     current generation), ``params`` (the shared copy of the actor's
-    parameters, ``None`` once closed), ``hx_dim`` (the actor's, as
-    ``same``'s) and ``stats`` (the keys of
+    parameters, ``None`` once closed), ``publish()`` (publish the
+    actor's parameters now), ``hx_dim`` (the actor's, as ``same``'s) and
+    ``stats`` (the keys of
     :data:`rlplay.engine.rollout.STATS_KEYS`, documented there;
     ``dropped`` is always 0 and ``lag`` 1 after the first batch;
     ``workers`` holds the one worker's counts).
