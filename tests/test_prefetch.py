@@ -33,7 +33,8 @@ from contextlib import closing
 import pytest
 import torch
 
-from bounds import FAULT, JOIN, SHUTDOWN, STEADY
+from bounds import (FAULT, JOIN, RAY_START, RAY_STEADY, SHUTDOWN,
+                    STEADY)
 from envs import ENV_INFO, StallEnv, counting_factory, mixed_factory
 from generators import (METHODS, CountingActor, assert_fragments_equal,
                         make, without_version)
@@ -300,3 +301,26 @@ def test_dropping_a_prefetching_rollout_ends_its_thread():
     while _threads():
         assert time.monotonic() < deadline, "the thread outlived its feed"
         time.sleep(0.01)
+
+
+# ---------------------------------------------------------------- cluster --
+
+def test_cluster_prefetches_and_publishes(ray_cluster):
+    """The same part on Ray: versions counted by ``publish()``, a batch
+    prepared ahead counted out of the state."""
+    actor = CountingActor()
+    feed = make("cluster", counting_factory, actor, T, B, n_actors=1,
+                entropy=3, prefetch=1, publish="manual",
+                timeout=RAY_STEADY, start_timeout=RAY_START)
+    with closing(feed):
+        for k in range(6):
+            batch = next(feed)
+            _check_versions(batch)
+            assert int(batch.meta.seq[0]) == k
+            with torch.no_grad():
+                actor.shift.fill_(k + 1)
+            assert feed.publish() == k + 1
+        _prepared(feed)
+        state = feed.state_dict()
+        assert state["counters"]["batches"] == 6
+        assert state["workers"][0]["seq"] == 6
