@@ -35,7 +35,8 @@ import torch
 
 from bounds import (FAULT, JOIN, RAY_START, RAY_STEADY, SHUTDOWN,
                     STEADY)
-from envs import ENV_INFO, StallEnv, counting_factory, mixed_factory
+from envs import (ENV_INFO, LevelEnv, StallEnv, counting_factory,
+                  mixed_factory)
 from generators import (METHODS, CountingActor, assert_fragments_equal,
                         make, without_version)
 from rlplay.engine.errors import WorkerDied
@@ -230,6 +231,31 @@ def test_a_prefetched_batch_is_not_counted_delivered():
     with closing(resumed):
         assert int(next(resumed).meta.seq[0]) == 3  # collected again
         assert resumed.stats["batches"] == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_call_envs_under_prefetch(kind):
+    """Every step of a fragment runs at the level of its ``meta.control``
+    (:class:`~envs.LevelEnv`); ``single`` sees each call exactly two
+    batches later, as without prefetch (its publications are the same);
+    ``multi`` in order, one call at a time, every call reached."""
+    feed = _make(kind, LevelEnv, entropy=0, prefetch=1)
+    schedule = {1: 1, 2: 2, 4: 3}  # after batch k, the c-th call
+    controls = []
+    with closing(feed):
+        for k in range(10):
+            batch = next(feed)
+            control = int(batch.meta.control[0])
+            assert torch.all(batch.meta.control == control)
+            assert torch.all(batch.state.obs[1:, :, 0] == control)
+            controls.append(control)
+            if k in schedule:
+                assert feed.call_envs("set_level", schedule[k]) == \
+                    schedule[k]
+    assert controls == sorted(controls) and controls[-1] == 3
+    if kind == "single":
+        assert controls == [sum(1 for j in schedule if j <= k - 2)
+                            for k in range(10)]
 
 
 # ------------------------------------------------------------ faults, close --

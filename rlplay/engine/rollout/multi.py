@@ -108,7 +108,7 @@ Prefetch and publication (``prefetch=``, ``publish=``): a thread of the
 learner may run the wait, the collation and the device copy of the next
 batches while the caller trains, and ``next()`` publish or leave that to
 ``feed.publish()``; what changes for the versions and ``max_lag`` is in
-:mod:`._prefetch` (and docs/how-to/prefetch.md).
+docs/how-to/prefetch.md (the protocol: ``rollout/_prefetch.py``).
 
 Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool

@@ -60,7 +60,7 @@ by ``feed.publish()`` before its worker started it: the lag is the
 caller's. With ``prefetch=1`` a thread of the learner waits for #k and
 copies it out while the caller trains on #k-1; ``next()`` #k then
 publishes and hands back as above, so the versions are those without
-prefetch (:mod:`._prefetch`).
+prefetch (docs/how-to/prefetch.md).
 
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
