@@ -188,6 +188,27 @@ def test_max_lag_zero_with_manual_publication(prefetch):
             assert feed.publish() == k + 1
 
 
+def test_max_lag_is_applied_as_fragments_are_taken():
+    """``publish="next"``, ``prefetch=1``: a batch prepared ahead was
+    taken against the publication before the one of the ``next()`` that
+    hands it out, so its lag is at most ``max_lag + 1``; and every
+    fragment's version is that of the parameters that acted."""
+    actor = CountingActor()
+    feed = _make("multi", actor=actor, entropy=0, max_lag=1, prefetch=1,
+                 n_buffers=3)
+    lags = []
+    with closing(feed):
+        for _ in range(12):
+            with torch.no_grad():
+                actor.shift.fill_(feed.params.version + 1)
+            batch = next(feed)
+            _check_versions(batch)
+            lag = feed.stats["lag"]
+            assert lag == feed.version - int(batch.meta.version.min())
+            lags.append(lag)
+    assert 0 <= min(lags) and max(lags) <= 2
+
+
 # --------------------------------------------------------------- aliasing --
 
 @pytest.mark.parametrize("copy", [True, False], ids=["copy", "reused"])
