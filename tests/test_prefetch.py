@@ -40,7 +40,7 @@ from envs import (ENV_INFO, LevelEnv, StallEnv, counting_factory,
 from generators import (METHODS, CountingActor, assert_fragments_equal,
                         make, without_version)
 from rlplay.engine.errors import WorkerDied
-from rlplay.engine.rollout import multi, same, single
+from rlplay.engine.rollout import same
 from rlplay.engine.utils import get_context, preload_forkserver
 
 preload_forkserver(get_context("forkserver"),
