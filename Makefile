@@ -53,6 +53,7 @@ docs: $(DOCS_STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/overlap.py
+	$(BIN)/python benchmarks/prefetch.py
 	$(BIN)/python benchmarks/episodes.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/gpu.py

@@ -216,6 +216,27 @@ def no_child_left_behind():
         pytest.fail(f"the test left child processes behind: {left}")
 
 
+@pytest.fixture(autouse=True)
+def no_thread_left_behind():
+    """Fail a test that leaves one of rlplay's threads running (a
+    prefetch thread: ``rlplay-...-prefetch``), waiting for it as long as
+    for a process."""
+    def ours():
+        return {t for t in threading.enumerate()
+                if t.name.startswith("rlplay-") and t.name.endswith(
+                    "-prefetch")}
+
+    before = ours()
+    yield
+    deadline = time.monotonic() + REAPED
+    while (ours() - before) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    left = ours() - before
+    if left:
+        pytest.fail(f"the test left threads behind: "
+                    f"{sorted(t.name for t in left)}")
+
+
 # doctests of optional parts: an example that needs an extra runs where
 # the extra is installed and is skipped, saying which, where it is not
 # (this hook sees every item of the session, rlplay's doctests included):

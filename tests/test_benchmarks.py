@@ -345,6 +345,22 @@ def test_overlap_prints_both_rows_with_their_spread():
     assert rows["cartpole/same.rollout"]["x_seq"] == 1.0
 
 
+def test_prefetch_prints_its_rows_with_their_spread():
+    rows = json_rows(run("prefetch.py", "--json", "--seconds", "0.05",
+                         "--rounds", "2", "--only", "cartpole"))
+    assert list(rows) == [f"cartpole/{training}/prefetch={prefetch}"
+                          for training in ("slow", "fast")
+                          for prefetch in (0, 1)]
+    for row in rows.values():
+        assert row["rounds"] == 2
+        for key in ("wait", "idle", "x"):
+            assert row[key + "_min"] <= row[key] <= row[key + "_max"]
+        assert 0 <= row["wait"] <= 1 and row["idle"] >= 0
+        assert row["t_train"] > 0 and row["steps_per_s"] > 0
+    assert rows["cartpole/slow/prefetch=0"]["x"] == 1.0
+    assert rows["cartpole/fast/prefetch=0"]["x"] == 1.0
+
+
 def test_episodes_prints_its_rows_and_ratios():
     rows = json_rows(run("episodes.py", "--json", "--seconds", "0.05",
                          "--warmup", "0.05", "--rounds", "2", "--episodes",

@@ -108,7 +108,32 @@ keyword             default    meaning
                                ``fork``, for Ray workers without
                                ``num_gpus``); each row is moved there once
                                (:mod:`rlplay.engine.policy.device`)
+``prefetch``        0          batches that a thread of the learner prepares
+                               ahead (``single``: at most 1): it waits for
+                               the fragments, collates them and copies the
+                               batch to ``device`` (on a side CUDA stream)
+                               while the caller trains; ``next()`` hands
+                               out a batch ready on the caller's stream,
+                               never one the caller holds. With
+                               ``publish="next"``, a batch of ``multi`` or
+                               ``cluster`` is then one publication further
+                               behind (``single``'s lag stays exactly 1).
+                               The thread, its versions and ``max_lag``:
+                               docs/how-to/prefetch.md
+``publish``         'next'     when the actor's parameters reach the
+                               workers: at each ``next()`` (``'next'``),
+                               or only when ``feed.publish()`` is called
+                               (``'manual'``: after the optimiser's step,
+                               every step or every ``k``); either way
+                               ``meta.version`` counts the publications
 ==================  =========  =============================================
+
+Every generator of fragments with workers (``single``, ``multi``,
+``cluster``) also has ``publish()``: publish the actor's parameters (and
+the ``call_envs`` calls made since) now, returning their version. ``same``
+takes neither keyword: it collects with the caller's own actor, in the
+caller's thread, between two ``next()`` calls; a thread collecting ahead
+would run the actor while the optimiser writes it.
 
 Every generator and the :class:`Evaluator` (and :mod:`.episodic` over
 them) also have ``call_envs(name, *args, **kwargs)``: every env of every
@@ -131,7 +156,8 @@ key                        meaning
 ``steps``, ``batches``     env steps (``T * B`` per batch) and batches
                            delivered
 ``time_wall``              seconds since the first ``next()`` began
-``time_learner_wait``      seconds ``next()`` waited for data
+``time_learner_wait``      seconds ``next()`` waited for data (with
+                           ``prefetch``, the caller's wait alone)
 ``time_worker_wait``       seconds the workers waited for the learner,
                            *summed over workers*
 ``time_collect``           seconds the workers spent collecting what was
@@ -146,7 +172,11 @@ key                        meaning
                            ``n`` times as many per second
 ``version``                the parameter version of the last ``next()``,
                            which publishes the actor's parameters,
-                           *changed or not*: ``same`` and ``single``
+                           *changed or not* (with ``publish="manual"``:
+                           the ``publish()`` calls so far, and a
+                           fragment's ``meta.version`` the publications
+                           when its worker loaded the parameters):
+                           ``same`` and ``single``
                            count the ``next()`` calls before it (21
                            batches without training end at version 20;
                            the first fragment is collected with the

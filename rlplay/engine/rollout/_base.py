@@ -86,7 +86,8 @@ class Keywords(TypedDict, total=False):
 
 
 class WorkerKeywords(Keywords, total=False):
-    """:class:`Keywords` and those of the generators with workers."""
+    """:class:`Keywords` and those of the generators of fragments with
+    workers (``single``, ``multi``, ``cluster``)."""
 
     timeout: Optional[float]
     start_timeout: Optional[float]
@@ -94,6 +95,8 @@ class WorkerKeywords(Keywords, total=False):
     restarts: int
     restart_delay: float
     cpu_affinity: Union[str, list, None]
+    prefetch: int
+    publish: str
 
 
 class PoolKeywords(WorkerKeywords, total=False):

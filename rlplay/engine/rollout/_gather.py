@@ -54,6 +54,7 @@ from ..errors import RolloutTimeout
 from ..workers import Collation, check_hx_dim
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
                     Deadline, Delivery, SetUp)
+from ._prefetch import Prefetch, Prepared, check_prefetch, check_publish
 from ._supervised import Supervision
 
 __all__ = ["Gather", "check_pool"]
@@ -94,7 +95,7 @@ class Gather:
         As documented by the generators.
     entropy, sticky, env_info, final, device, pinned, copy, check_spaces,
     timeout, start_timeout, shutdown_timeout, restarts, restart_delay,
-    cpu_affinity, resume, actor_device
+    cpu_affinity, resume, actor_device, prefetch, publish
         The shared keywords (:mod:`rlplay.engine.rollout`).
 
     Attributes
@@ -106,6 +107,8 @@ class Gather:
     collation : Collation
     stats : dict
         :class:`~._base.Stats`, made by the fleet's ``start``.
+    prefetch : Prefetch
+        The publication and the prefetching (:mod:`._prefetch`).
     """
 
     def __init__(self, kind, fleet, owner, factory, actor, n_steps,
@@ -116,7 +119,9 @@ class Gather:
                  start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
-                 resume=None, actor_device=None):
+                 resume=None, actor_device=None, prefetch=0,
+                 publish="next"):
+        check_prefetch(prefetch), check_publish(publish)
         counts = [("n_steps", n_steps, 1), ("n_actors", n_actors, 1),
                   ("n_per_actor", n_per_actor, 1), ("n_buffers", n_buffers, 1),
                   ("n_per_batch", n_per_batch, 1)]
@@ -153,73 +158,140 @@ class Gather:
         fleet.start(self.supervision, actor, spec, template, n_actors,
                     n_buffers, owner)
         self.stats = setup.stats
+        try:
+            turns = [(self.collation, self.delivery)] + [
+                (Collation(template, self.hx_dim, n_per_batch,
+                           self.delivery.host_pinned, sticky),
+                 Delivery(device, pinned, copy))
+                for _ in range(prefetch if not copy else 0)]
+            self.prefetch = Prefetch(
+                self, self.supervision, actor, self.stats, prefetch, publish,
+                turns, kind=kind, join_timeout=shutdown_timeout)
+        except BaseException:
+            self.supervision.close(False, self.stats)
+            raise
+
+    _pending = 0  # batches prepared, not yet handed out (prefetch)
+    _taking = ()  # the arrivals taken for the batch being prepared
 
     def state_dict(self):
         """The generator's ``state_dict()`` (documented there)."""
-        supervision = self.supervision
-        return self.setup.state(
-            self.stats["version"],
-            supervision.supervisor.positions(supervision.source.ready))
+        supervision, prefetch = self.supervision, self.prefetch
+        return prefetch.command(lambda: self.setup.state(
+            prefetch.version(),
+            supervision.supervisor.positions(supervision.source.ready)))
 
     def next(self):
         """The next batch: the rows "next() #k" of the timelines of multi
-        and cluster."""
-        supervision, stats = self.supervision, self.stats
-        source, supervisor = supervision.source, supervision.supervisor
-        tic = stats.begin()
-        what = f"batch {stats['batches']}"
+        and cluster (with prefetch: of :mod:`._prefetch`'s)."""
+        prefetch = self.prefetch
+        if prefetch.thread is not None:
+            return prefetch.thread.next()
+        supervision = self.supervision
+        tic = self.stats.begin()
         deadline = Deadline(supervision.bound())
-        supervisor.pump(0, what)  # deaths are reported at once
-        version = supervision.publish(
-            self.actor, lambda: supervisor.check(what),
-            deadline.lock_timeout())
-        taken = []
+        supervision.supervisor.pump(0, self._what())  # deaths at once
+        self._advance(None, deadline)
+        taken = self._arrive(deadline)
+        waited = time.perf_counter() - tic
+        return self._hand_out(self._collate(taken), waited)
+
+    def _what(self):
+        return f"batch {self.stats['batches'] + self._pending}"
+
+    def _advance(self, taken, deadline=None):
+        """Publish (``publish="next"``)."""
+        if self.prefetch.mode == "next":
+            self.prefetch.publish(deadline)
+
+    def _arrive(self, deadline=None):
+        """Wait for ``n_per_batch`` fragments no older than the latest
+        publication minus ``max_lag`` (dropping the stale ones); returns
+        their arrivals."""
+        supervision = self.supervision
+        source, supervisor = supervision.source, supervision.supervisor
+        what, params = self._what(), supervision.params
+        deadline = Deadline(supervision.bound()) if deadline is None \
+            else deadline
+        self._taking = taken = []
 
         def stale(arrival):
             source.recycle(arrival, supervisor)
 
         def enough():
             taken.extend(source.ready.take(self.n_per_batch - len(taken),
-                                           version, self.max_lag, stale))
+                                           params.version, self.max_lag,
+                                           stale))
             return len(taken) == self.n_per_batch
 
         if not supervision.wait(enough, what, deadline):
             source.ready.give_back(taken)
+            self._taking = ()
             raise RolloutTimeout(
                 f"no fragment for {what} within {deadline.bound} s "
                 f"({len(taken)} of {self.n_per_batch} in hand) although "
                 f"the {len(supervisor.accounts)} workers are alive; raise "
                 f"timeout= for slow envs")
+        return taken
+
+    def _collate(self, taken):
+        """Copy the ``taken`` fragments into a batch, hand their buffers
+        back and deliver it (a :class:`~._prefetch.Prepared`)."""
+        source = self.supervision.source
         toc = time.perf_counter()
-        delivery = self.delivery
+        collation, delivery = self.prefetch.turn()
         delivery.wait()  # the last device copy read the host batch
         # a fresh batch on the host is collated into straight away
         fresh = delivery.fresh_host
-        host, npy = self.collation.collate(
-            [source.fragment(a) for a in taken], fresh=fresh)
-        source.ready.delivered(taken)
-        source.release(taken, supervisor)
+        host, npy = collation.collate([source.fragment(a) for a in taken],
+                                      fresh=fresh)
+        source.release(taken, self.supervision.supervisor)
+        self._taking = ()
         batch = host if fresh else delivery(host)
-        stats.batch(npy, waited=toc - tic,
+        self._pending += 1
+        return Prepared(batch, npy, taken, time.perf_counter() - toc,
+                        min(a.version for a in taken))
+
+    def _hand_out(self, prepared, waited):
+        """Count ``prepared`` delivered (now: see ``state_dict``) in the
+        statistics; returns its batch."""
+        source, stats = self.supervision.source, self.stats
+        self._pending -= 1
+        source.ready.delivered(prepared.arrived)
+        version = self.prefetch.version()
+        stats.batch(prepared.npy, waited=waited,
                     collected=source.time_collect - stats["time_collect"],
                     worker_waited=source.time_worker_wait
                     - stats["time_worker_wait"],
-                    collated=time.perf_counter() - toc, version=version,
-                    lag=version - min(a.version for a in taken))
+                    collated=prepared.collated, version=version,
+                    lag=version - prepared.oldest)
         stats["dropped"] = source.ready.dropped
-        stats["restarts"] = supervisor.restarts
-        return batch
+        stats["restarts"] = self.supervision.supervisor.restarts
+        return prepared.batch
 
     def poll(self, timeout):
         """The generator's ``poll(timeout)`` (documented there), once it
         is open."""
-        supervisor = self.supervision.supervisor
-        ready, deadline = self.supervision.source.ready, \
-            time.monotonic() + timeout
-        supervisor.pump(0, "fragments")
-        while not len(ready):
+        deadline = time.monotonic() + timeout
+        count = self.prefetch.command(self._in_hand, 0)
+        while not count:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            supervisor.pump(remaining, "fragments")
-        return len(ready)
+            count = self.prefetch.command(self._in_hand, remaining)
+        return count
+
+    def _in_hand(self, timeout):
+        # one wait (of at most a poll interval), then the fragments ready
+        # for the batches to come: queued, taken for the batch being
+        # prepared, and in the batches prepared (prefetch)
+        supervision = self.supervision
+        supervision.supervisor.pump(timeout, "fragments")
+        return len(supervision.source.ready) + len(self._taking) + \
+            self.n_per_batch * self._pending
+
+    def close(self, graceful):
+        """The generator's close: the prefetch thread first, then the
+        workers and what they share."""
+        self.prefetch.stop()
+        self.supervision.close(graceful, self.stats)

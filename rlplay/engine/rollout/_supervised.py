@@ -125,7 +125,13 @@ class Supervision:
                 remaining = deadline.remaining()
             if supervisor.pump(remaining, what) and renew:
                 deadline.renew(self.bound())
+            self.between()
         return True
+
+    def between(self):
+        """Called by :meth:`wait` between two waits; a prefetch thread
+        sets its own (it runs the caller's commands there: see
+        :mod:`._prefetch`)."""
 
     @property
     def pids(self):

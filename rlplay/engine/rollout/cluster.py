@@ -116,6 +116,7 @@ from ..workers import (WORKER_THREADS, Arrival, Buffers, Collation,
                        join, new_account, ray_options)
 from ._base import Lifecycle, PoolKeywords, Stats, Status, Unpack, spell_out
 from ._calls import call_envs
+from ._prefetch import publish
 from ._gather import Gather
 
 try:
@@ -339,8 +340,10 @@ class Rollout(Lifecycle):
         self.start_timeout = gather.supervision.start_timeout
         self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
         self.stats = gather.stats
+        self._prefetch = gather.prefetch
 
     call_envs = call_envs
+    publish = publish
 
     def __iter__(self):
         return self
@@ -363,13 +366,16 @@ class Rollout(Lifecycle):
         ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
         docs): the seeding tree's place, each worker's next
         ``meta.seq`` (after its last fragment yielded) and generation, the
-        counters and the parameter version. Valid in any state (after
-        ``close()`` too)."""
+        counters and the parameter version (the publications so far). A
+        batch prepared ahead (``prefetch``) and not yet yielded is not
+        counted: the continuation collects its ``meta.seq`` again. Valid
+        in any state (after ``close()`` too)."""
         return self._gather.state_dict()
 
     @property
     def version(self):
-        """The parameter version published by the last ``next()``."""
+        """The parameter version at the last ``next()`` (published by it,
+        with ``publish="next"``)."""
         return self.stats["version"]
 
     @property
@@ -391,7 +397,7 @@ class Rollout(Lifecycle):
         return self._supervision.supervisor.nodes
 
     def _close(self, graceful):
-        self._supervision.close(graceful, self.stats)
+        self._gather.close(graceful)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
@@ -445,8 +451,9 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     Notes
     -----
     The attributes of ``feed``: ``params`` (the published parameters,
-    ``None`` once closed), ``version`` (the parameter version published by
-    the last ``next()``), ``pids`` and ``nodes`` (each worker's process id
+    ``None`` once closed), ``version`` (the parameter version at the last
+    ``next()``), ``publish()`` (publish the actor's parameters now),
+    ``pids`` and ``nodes`` (each worker's process id
     and Ray node id, ``None`` until it has started), ``hx_dim`` and
     ``stats`` (as ``multi``'s; each worker's dict also holds its
     ``node``).

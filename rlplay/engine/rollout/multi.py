@@ -104,6 +104,12 @@ resets with seeds of its own generation, loads the latest parameters and
 numbers its fragments on from the last one received. Fragments received
 before the failure are delivered as usual.
 
+Prefetch and publication (``prefetch=``, ``publish=``): a thread of the
+learner may run the wait, the collation and the device copy of the next
+batches while the caller trains, and ``next()`` publish or leave that to
+``feed.publish()``; what changes for the versions and ``max_lag`` is in
+docs/how-to/prefetch.md (the protocol: ``rollout/_prefetch.py``).
+
 Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
@@ -113,6 +119,7 @@ from ..utils.mp import get_context
 from ..workers import SharedBuffers
 from ._base import Lifecycle, PoolKeywords, Status, Unpack, spell_out
 from ._calls import call_envs
+from ._prefetch import publish
 from ._gather import Gather
 
 __all__ = ["rollout", "Rollout", "Processes"]
@@ -168,8 +175,10 @@ class Rollout(Lifecycle):
         self.start_timeout = gather.supervision.start_timeout
         self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
         self.stats = gather.stats
+        self._prefetch = gather.prefetch
 
     call_envs = call_envs
+    publish = publish
 
     def __iter__(self):
         return self
@@ -192,13 +201,16 @@ class Rollout(Lifecycle):
         ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
         docs): the seeding tree's place, each worker's next
         ``meta.seq`` (after its last fragment yielded) and generation, the
-        counters and the parameter version. Valid in any state (after
-        ``close()`` too)."""
+        counters and the parameter version (the publications so far). A
+        batch prepared ahead (``prefetch``) and not yet yielded is not
+        counted: the continuation collects its ``meta.seq`` again. Valid
+        in any state (after ``close()`` too)."""
         return self._gather.state_dict()
 
     @property
     def version(self):
-        """The parameter version published by the last ``next()``."""
+        """The parameter version at the last ``next()`` (published by it,
+        with ``publish="next"``)."""
         return self.stats["version"]
 
     @property
@@ -222,7 +234,7 @@ class Rollout(Lifecycle):
         return self._supervision.pids[0]
 
     def _close(self, graceful):
-        self._supervision.close(graceful, self.stats)
+        self._gather.close(graceful)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
@@ -236,7 +248,8 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     closes it. The keywords that every generator shares (``entropy``,
     ``sticky``, ``env_info``, ``final``, ``device``, ``pinned``,
     ``copy``, ``check_spaces``, the timeouts, ``restarts``,
-    ``restart_delay``, ``cpu_affinity``, ``resume``) are documented once,
+    ``restart_delay``, ``cpu_affinity``, ``resume``, ``prefetch``,
+    ``publish``) are documented once,
     in :mod:`rlplay.engine.rollout`; ``start_method`` there too; those of
     this generator alone are below.
 
@@ -296,7 +309,8 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     -----
     The attributes of ``feed``: ``params`` (the shared copy of the actor's
     parameters, ``None`` once closed), ``version`` (the parameter version
-    published by the last ``next()``), ``pids`` (the workers' process ids,
+    at the last ``next()``), ``publish()`` (publish the actor's
+    parameters now), ``pids`` (the workers' process ids,
     of their current generation), ``hx_dim`` (the actor's: ``hx`` is
     collated along it) and ``stats`` (the keys of
     :data:`rlplay.engine.rollout.STATS_KEYS`, documented there; per worker

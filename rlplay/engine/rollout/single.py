@@ -54,6 +54,14 @@ The ``call_envs`` calls made before ``next()`` #k go with ``v_k``, down the
 pipe before ``Give``, and are applied before #k+1 (``call_envs`` in
 :mod:`rlplay.engine.rollout`).
 
+With ``publish="manual"``, ``next()`` publishes nothing (it still hands
+back the buffer of #k-1) and each fragment records the publications made
+by ``feed.publish()`` before its worker started it: the lag is the
+caller's. With ``prefetch=1`` a thread of the learner waits for #k and
+copies it out while the caller trains on #k-1; ``next()`` #k then
+publishes and hands back as above, so the versions are those without
+prefetch (docs/how-to/prefetch.md).
+
 Waits: ``timeout`` bounds the time ``next()`` waits without news from the
 worker, the parameter lock included (``start_timeout`` more while it
 starts; ``timeout=None`` alone removes the bound), watching its sentinel
@@ -98,6 +106,8 @@ from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
                     Deadline, Delivery, Lifecycle, SetUp, Unpack,
                     WorkerKeywords, spell_out)
 from ._calls import call_envs
+from ._prefetch import Prefetch, Prepared, check_prefetch, check_publish
+from ._prefetch import publish
 from ._supervised import Supervision
 
 __all__ = ["rollout", "Rollout"]
@@ -119,7 +129,10 @@ class Rollout(Lifecycle):
                  start_timeout=START_TIMEOUT,
                  shutdown_timeout=SHUTDOWN_TIMEOUT, restarts=0,
                  restart_delay=RESTART_DELAY, cpu_affinity=None,
-                 resume=None, actor_device=None):
+                 resume=None, actor_device=None, prefetch=0,
+                 publish="next"):
+        # one batch ahead at most: see "Progress" in ._prefetch
+        check_prefetch(prefetch, 1), check_publish(publish)
         self._setup = setup = SetUp(
             "single", actor, dict(n_steps=n_steps, n_envs=n_envs,
                                   sticky=sticky),
@@ -166,8 +179,20 @@ class Rollout(Lifecycle):
             name="rlplay-single")
         self.stats = setup.stats
         self.buffers = tuple(supervision.source.buffers)
+        try:
+            turns = [(self._collation, delivery)] + [
+                (Collation(template, self.hx_dim, 1, delivery.host_pinned,
+                           sticky), Delivery(device, pinned, copy))
+                for _ in range(prefetch if not copy else 0)]
+            self._prefetch = Prefetch(
+                self, supervision, actor, self.stats, prefetch, publish,
+                turns, kind="single", join_timeout=shutdown_timeout)
+        except BaseException:
+            supervision.close(False, self.stats)
+            raise
 
     call_envs = call_envs
+    publish = publish
 
     def __iter__(self):
         return self
@@ -176,52 +201,81 @@ class Rollout(Lifecycle):
         return self._guarded(self._next, stop=StopIteration)
 
     def _next(self):
-        # one step of the protocol in the module docstring
-        supervision, stats = self._supervision, self.stats
+        # one step of the protocol in the module docstring (with prefetch:
+        # of _prefetch's)
+        prefetch = self._prefetch
+        if prefetch.thread is not None:
+            return prefetch.thread.next()
+        tic = self.stats.begin()
+        deadline = Deadline(self._supervision.bound())
+        arrival = self._arrive(deadline)
+        self._advance(arrival, deadline)
+        waited = time.perf_counter() - tic
+        return self._hand_out(self._collate(arrival), waited)
+
+    def _what(self):
+        return f"fragment {self.stats['batches']}"
+
+    def _arrive(self, deadline=None):
+        """Wait for "ready" of fragment #k; returns its arrival."""
+        supervision = self._supervision
         shared, supervisor = supervision.source, supervision.supervisor
-        tic = stats.begin()
-        k = stats["batches"]
-        what = f"fragment {k}"
-        deadline = Deadline(supervision.bound())
+        k, what = self.stats["batches"], self._what()
+        deadline = Deadline(supervision.bound()) if deadline is None \
+            else deadline
         supervisor.pump(0, what)
         if not supervision.wait(lambda: len(shared.ready), what, deadline):
             raise RolloutTimeout(
                 f"no {what} within {deadline.bound} s although the "
                 f"worker is alive; raise timeout= for slow envs")
         arrival, = shared.ready.take(1, 0, None, None)
-        first = self._first
-        assert arrival.index == (k - first) % 2 and \
-            arrival.version == max(k - 1, first), arrival
-        shared.ready.delivered([arrival])
-        if k > first:
-            # publish only now (see the docstring), then hand back #k-1
-            supervision.publish(self.actor, lambda: supervisor.check(what),
-                                deadline.lock_timeout())
-            shared.release([self._held], supervisor)
+        # (its version is max(k - 1, first) unless publish() was called)
+        assert arrival.index == (k - self._first) % 2, arrival
+        return arrival
+
+    def _advance(self, arrival, deadline=None):
+        """Publish ``v_k`` (only now: see the docstring), hand back the
+        buffer of #k-1, hold #k's."""
+        if self.stats["batches"] > self._first:
+            if self._prefetch.mode == "next":
+                self._prefetch.publish(deadline)
+            supervision = self._supervision
+            supervision.source.release([self._held], supervision.supervisor)
         self._held = arrival
-        waited = time.perf_counter() - tic
-        batch = self._batch(self.buffers[arrival.index])
-        lag = int(k > first)  # the version published now, over #k's
-        stats.batch(self.buffers[arrival.index].npy, waited=waited,
+
+    def _collate(self, arrival):
+        """The batch of #k (a :class:`~._prefetch.Prepared`)."""
+        toc = time.perf_counter()
+        buffer = self.buffers[arrival.index]
+        batch = self._batch(buffer, *self._prefetch.turn())
+        return Prepared(batch, buffer.npy, arrival,
+                        time.perf_counter() - toc, arrival.version)
+
+    def _hand_out(self, prepared, waited):
+        supervision, stats = self._supervision, self.stats
+        shared = supervision.source
+        shared.ready.delivered([prepared.arrived])
+        version = self._prefetch.version()  # v_k, over #k's: a lag of 1
+        stats.batch(prepared.npy, waited=waited,
                     collected=shared.time_collect - stats["time_collect"],
                     worker_waited=shared.time_worker_wait
                     - stats["time_worker_wait"],
-                    version=arrival.version + lag, lag=lag)
-        stats["restarts"] = supervisor.restarts
-        return batch
+                    version=version, lag=version - prepared.oldest)
+        stats["restarts"] = supervision.supervisor.restarts
+        return prepared.batch
 
-    def _batch(self, buffer):
+    def _batch(self, buffer, collation, delivery):
         """The batch of ``buffer`` (the shared fragment that the learner
         holds), its ``final`` completed."""
         if self._in_place:
             if buffer.npy.final is not None:
                 fill_final(buffer.npy, self._sticky)
             return buffer.pyt
-        self.delivery.wait()  # the last device copy read the host batch
-        fresh = self.delivery.fresh_host
-        host, _ = self._collation.collate([Collation.sources(buffer.npy)],
-                                          fresh=fresh)
-        return host if fresh else self.delivery(host)
+        delivery.wait()  # the last device copy read the host batch
+        fresh = delivery.fresh_host
+        host, _ = collation.collate([Collation.sources(buffer.npy)],
+                                    fresh=fresh)
+        return host if fresh else delivery(host)
 
     def state_dict(self):
         """What rlplay owns of this run, for ``resume=`` (see
@@ -229,12 +283,15 @@ class Rollout(Lifecycle):
         docs): the seeding tree's place, the worker's next
         ``meta.seq`` (after the last fragment yielded) and generation, the
         counters; a continuation's parameters start at the version of the
-        number of batches yielded. Valid in any state (after ``close()``
+        number of batches yielded (or of the publications, where
+        ``publish()`` made more). A batch prepared ahead (``prefetch``)
+        and not yet yielded is not counted: the continuation collects
+        its ``meta.seq`` again. Valid in any state (after ``close()``
         too)."""
-        supervision = self._supervision
-        return self._setup.state(
-            self.stats["batches"],
-            supervision.supervisor.positions(supervision.source.ready))
+        supervision, prefetch = self._supervision, self._prefetch
+        return prefetch.command(lambda: self._setup.state(
+            max(self.stats["batches"], prefetch.version()),
+            supervision.supervisor.positions(supervision.source.ready)))
 
     @property
     def params(self):
@@ -257,6 +314,7 @@ class Rollout(Lifecycle):
         return self._supervision.pids[0]
 
     def _close(self, graceful):
+        self._prefetch.stop()
         self.buffers = None  # the learner's views: the pool goes with them
         self._supervision.close(graceful, self.stats)
 
@@ -270,8 +328,9 @@ def rollout(factory, actor, n_steps, n_envs, *, start_method=None,
     collected one batch behind the learner's parameters. Returns a
     :class:`Rollout`: an endless iterator and a context manager;
     ``close()`` is idempotent, and dropping it closes it too. The keywords
-    every generator shares (``start_method`` and the timeouts included)
-    are documented once, in :mod:`rlplay.engine.rollout`.
+    every generator shares (``start_method``, the timeouts, ``prefetch``
+    and ``publish`` included) are documented once, in
+    :mod:`rlplay.engine.rollout`.
 
     Parameters
     ----------
@@ -320,8 +379,9 @@ def rollout(factory, actor, n_steps, n_envs, *, start_method=None,
     The attributes of ``feed``: ``buffers`` (the two shared host buffers,
     numpy and torch views), ``process`` and ``pid`` (the worker, of its
     current generation), ``params`` (the shared copy of the actor's
-    parameters, ``None`` once closed), ``hx_dim`` (the actor's, as
-    ``same``'s) and ``stats`` (the keys of
+    parameters, ``None`` once closed), ``publish()`` (publish the
+    actor's parameters now), ``hx_dim`` (the actor's, as ``same``'s) and
+    ``stats`` (the keys of
     :data:`rlplay.engine.rollout.STATS_KEYS`, documented there;
     ``dropped`` is always 0 and ``lag`` 1 after the first batch;
     ``workers`` holds the one worker's counts).

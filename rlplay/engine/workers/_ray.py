@@ -61,6 +61,10 @@ __all__ = ["RemoteWorker", "RemoteSupervisor", "Started", "join",
 
 # what each worker asks of Ray unless the caller's options say otherwise
 ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+# how long one wait of a pump lasts while something may interrupt it
+# (``interrupt``: a prefetch thread's commands), which no pipe can wake
+# in a ``ray.wait`` (seconds)
+INTERRUPT_SLICE = 0.005
 
 
 class Started(NamedTuple):
@@ -262,7 +266,12 @@ class RemoteSupervisor(RestartPolicy):
         extends them (and with each worker's ``node``).
     pids, nodes : list
         Each worker's pid and Ray node id (``None`` until it started).
+    interrupt : object or None
+        Set (by a prefetch thread, whose commands interrupt its waits):
+        each wait of :meth:`pump` lasts at most :data:`INTERRUPT_SLICE`.
     """
+
+    interrupt = None
 
     def __init__(self, n_workers, protocol, *, options, release, restarts,
                  restart_delay, shutdown_timeout, owner=None, run=None,
@@ -327,6 +336,9 @@ class RemoteSupervisor(RestartPolicy):
         import ray
         news = self.start_due(self._start)
         timeout = self.until_due(timeout)
+        if self.interrupt is not None:
+            timeout = INTERRUPT_SLICE if timeout is None \
+                else min(timeout, INTERRUPT_SLICE)
         refs = list(self.pending)
         # a worker runs its calls in order, but Ray may show their results
         # out of order (each reply travels on its own): wait on each

@@ -111,7 +111,13 @@ class Supervisor(RestartPolicy):
         failure.
     restarts : int
         Replacements so far.
+    interrupt : int or None
+        A file descriptor that ends a wait of :meth:`pump` when it
+        becomes readable (a prefetch thread's wake-up pipe, read by its
+        owner: ``rlplay.engine.rollout._prefetch``); ``None``: none.
     """
+
+    interrupt = None
 
     def __init__(self, ctx, n_workers, protocol, *, name, params=None,
                  restarts, restart_delay, shutdown_timeout, run=None,
@@ -189,6 +195,8 @@ class Supervisor(RestartPolicy):
         live = [wk for wk in self.workers if wk.process is not None]
         waits = [wk.conn for wk in live if not wk.eof] + [
             wk.process.sentinel for wk in live]
+        if self.interrupt is not None:  # ends the wait, read by its owner
+            waits.append(self.interrupt)
         timeout = self.until_due(timeout)
         if waits:  # at most one poll: a silent sentinel is no proof of life
             timeout = POLL_INTERVAL if timeout is None \
