@@ -114,6 +114,7 @@ from ..workers import SharedBuffers
 from ._base import Lifecycle, PoolKeywords, Status, Unpack, spell_out
 from ._calls import call_envs
 from ._gather import Gather
+from ._served import Served, check_serving
 
 __all__ = ["rollout", "Rollout", "Processes"]
 
@@ -156,11 +157,15 @@ class Rollout(Lifecycle):
     (``_setup``, ``delivery``, ``_supervision``)."""
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, start_method=None,
-                 **kwargs: Unpack[PoolKeywords]):
+                 n_buffers, n_per_batch, *, start_method=None, serve=False,
+                 groups=1, deadline=None, **kwargs: Unpack[PoolKeywords]):
+        check_serving(serve, groups, deadline, n_per_actor)
+        fleet = Processes(start_method)
+        if serve:
+            fleet = Served(fleet, groups, deadline)
         self._gather = gather = Gather(
-            "multi", Processes(start_method), self, factory, actor, n_steps,
-            n_actors, n_per_actor, n_buffers, n_per_batch, **kwargs)
+            "multi", fleet, self, factory, actor, n_steps, n_actors,
+            n_per_actor, n_buffers, n_per_batch, **kwargs)
         self._setup, self._supervision = gather.setup, gather.supervision
         self.actor, self.hx_dim = gather.actor, gather.hx_dim
         self.delivery, self.device = gather.delivery, gather.delivery.device
@@ -226,8 +231,8 @@ class Rollout(Lifecycle):
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-            n_per_batch, *, start_method=None,
-            **kwargs: Unpack[PoolKeywords]):
+            n_per_batch, *, start_method=None, serve=False, groups=1,
+            deadline=None, **kwargs: Unpack[PoolKeywords]):
     """Collect fragments in ``n_actors`` worker processes and yield batches
     of ``n_per_batch`` of them.
 
@@ -321,7 +326,7 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     """
     return Rollout(factory, actor, n_steps, n_actors, n_per_actor,
                    n_buffers, n_per_batch, start_method=start_method,
-                   **kwargs)
+                   serve=serve, groups=groups, deadline=deadline, **kwargs)
 
 
 spell_out(rollout, Gather.__init__)

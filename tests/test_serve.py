@@ -1,0 +1,268 @@
+"""multi.rollout(serve=True): one inference server computes every worker's
+actions.
+
+Exactness: with a deterministic actor the served batches equal, leaf by
+leaf, each worker's fragments collected by the core loop alone (the
+reference), in lock-step and deadline batching, with one and two env
+groups per worker. The actor of those tests is :class:`CountingActor`,
+whose outputs are elementwise (integer arithmetic, a product of each
+observation by one parameter, an ``hx`` sum per column): a row's result
+does not depend on which other rows share the call, so a batched call
+gives the per-worker bits exactly (a matmul over more rows may not: its
+sums can be ordered otherwise). Its ``hx`` is recorded in ``info`` at
+every row, so the same comparison shows ``hx`` kept and reset exactly at
+each episode end. A sampling actor in lock-step gives the same data in
+two runs of one entropy; every action is chosen with the parameters that
+``meta.version`` names (``max_lag=0``: on-policy). Faults: the server
+killed, the server's actor raising, a worker killed and replaced; bad
+keywords refused up front.
+"""
+import itertools
+import os
+import signal
+import time
+from contextlib import closing
+
+import pytest
+import torch
+from torch import nn
+
+from bounds import FAULT, REPLACEMENT, START, STEADY as TIMEOUT
+from envs import ENV_INFO, mixed_factory
+from generators import (CountingActor, RaisingActor, assert_fragments_equal,
+                        gone, identities, slot, without_version)
+from reference import reference
+from rlplay.engine import BaseActorModule, WorkerDied, WorkerError
+from rlplay.engine.rollout import multi
+from rlplay.engine.utils import get_context, preload_forkserver
+
+preload_forkserver(get_context("forkserver"),
+                   ("pytest", "envs", "generators", __name__))
+
+T, B = 5, 4
+
+
+def served(n_actors=2, n_buffers=4, n_per_batch=2, actor=None, **kwargs):
+    kwargs.setdefault("entropy", 99)
+    kwargs.setdefault("timeout", TIMEOUT)
+    kwargs.setdefault("start_timeout", START)
+    return multi.rollout(mixed_factory, actor or CountingActor(), T,
+                         n_actors, B, n_buffers, n_per_batch, serve=True,
+                         env_info=ENV_INFO, **kwargs)
+
+
+def check_against_reference(feed, n_batches, n_actors=2, n_per_batch=2):
+    refs = [reference(mixed_factory, CountingActor(), T, B, 99, worker=w,
+                      count=3 * n_batches, env_info=ENV_INFO)
+            for w in range(n_actors)]
+    seen = 0
+    for batch in itertools.islice(feed, n_batches):
+        for s, (worker, seq) in enumerate(identities(batch, n_per_batch, B)):
+            assert_fragments_equal(
+                without_version(slot(batch, s, B, hx_dim=0)),
+                without_version(refs[worker][seq]))
+            seen += 1
+    assert seen == n_batches * n_per_batch
+
+
+# ------------------------------------------------------------- exactness --
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("deadline", [None, 0.002],
+                         ids=["lockstep", "deadline"])
+def test_equal_to_per_worker_fragments(groups, deadline):
+    """Each slot equals the reference fragment of its worker and seq:
+    observations, actions, rewards, ends, ``info`` (with ``hx`` at every
+    row: kept, and reset at each episode end), ``hx`` at row 0, meta;
+    ``meta.version`` aside (the next test). The server's statistics count
+    its calls and rows."""
+    feed = served(groups=groups, deadline=deadline, start_method="fork")
+    with closing(feed):
+        check_against_reference(feed, 6)
+        stats = feed.stats
+    assert stats["served_calls"] > 0
+    # every call serves whole groups of B // groups rows
+    assert stats["served_rows"] % (B // groups) == 0
+    assert stats["served_mean_rows"] == pytest.approx(
+        stats["served_rows"] / stats["served_calls"])
+    if deadline is None:  # both workers' groups, every call but at starts
+        assert stats["served_mean_rows"] > B // groups
+    assert 0 < stats["time_serve_forward"] <= stats["time_serve_busy"]
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_start_methods(start_method):
+    """The same data under every start method (the server's pipes to the
+    workers travel as file descriptors on its own pipe)."""
+    feed = served(groups=2, start_method=start_method)
+    with closing(feed):
+        check_against_reference(feed, 2)
+
+
+class SamplingActor(BaseActorModule):
+    """Actions drawn with the process's torch generator (the server's,
+    seeded from the run's entropy), from logits that depend on the
+    observation."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(0.1))
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        logits = (obs[..., 0:1] % 7) * self.scale * torch.arange(5.0)
+        act = torch.multinomial(logits.flatten(0, 1).softmax(-1), 1)
+        return act.view(obs.shape[:2]), hx, {"logits": logits}
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_sampling_reproducible_in_lockstep(groups):
+    """Two runs of one entropy draw the same actions: in lock-step the
+    server's batches are the same from run to run (no worker waits for a
+    buffer before these fragments: each holds four), its generator seeded
+    from the entropy. The fragments are compared by (worker, seq), the
+    order in which the workers' reports reach the learner being theirs."""
+    def fragments():
+        feed = served(actor=SamplingActor(), n_buffers=8, groups=groups,
+                      start_method="fork")
+        out = {}
+        with closing(feed):
+            for batch in itertools.islice(feed, 2):
+                for s, key in enumerate(identities(batch, 2, B)):
+                    out[key] = without_version(slot(batch, s, B, hx_dim=1))
+        return out
+
+    first, second = fragments(), fragments()
+    common = set(first) & set(second)
+    assert common
+    actions = set()
+    for key in common:
+        assert_fragments_equal(first[key], second[key])
+        actions.update(first[key].state.act[1:].flatten().tolist())
+    assert len(actions) > 1  # it did sample
+
+
+class VersionActor(BaseActorModule):
+    """Records its parameter in ``info``: which parameters acted."""
+
+    def __init__(self):
+        super().__init__()
+        self.value = nn.Parameter(torch.tensor(0.0))
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        n = obs.shape[1]
+        return (torch.zeros(1, n, dtype=torch.int64), hx,
+                {"value": self.value.expand(1, n).clone()})
+
+
+@pytest.mark.parametrize("max_lag", [None, 0])
+def test_versions_recorded_exactly(max_lag):
+    """Before each next(), the learner sets the parameter to the version
+    that next() publishes: every row's ``info`` holds the ``meta.version``
+    of its fragment (a fragment is served by one version, pinned at its
+    first request); with ``max_lag=0`` that is the version of this very
+    next()."""
+    actor = VersionActor()
+    feed = served(actor=actor, max_lag=max_lag, groups=2,
+                  start_method="fork")
+    with closing(feed):
+        for k in range(6):
+            with torch.no_grad():
+                actor.value.fill_(k + 1)  # next() #k publishes k + 1
+            batch = next(feed)
+            assert feed.version == k + 1
+            version = batch.meta.version.to(torch.float32)
+            assert torch.equal(batch.actor["value"],
+                               version.expand_as(batch.actor["value"]))
+            if max_lag == 0:
+                assert torch.all(batch.meta.version == k + 1)
+
+
+# ---------------------------------------------------------------- faults --
+
+def test_server_killed():
+    """The server SIGKILLed: WorkerDied naming it, within the bound;
+    every process ends (the fixture checks none is left)."""
+    feed = served(groups=2, start_method="fork")
+    with closing(feed):
+        next(feed)
+        server = feed._supervisor.server.pid
+        pids = list(feed.pids)
+        os.kill(server, signal.SIGKILL)
+        tic = time.monotonic()
+        with pytest.raises(WorkerDied, match="inference server") as info:
+            for _ in range(1000):
+                next(feed)
+        assert time.monotonic() - tic < FAULT
+        assert info.value.exitcode == -signal.SIGKILL
+    assert all(gone(pid) for pid in pids + [server])
+
+
+def test_server_actor_raises():
+    """An exception of the actor in the server: WorkerError naming the
+    server, with the actor's exception type; never restarted."""
+    feed = served(actor=RaisingActor(after=6), restarts=3,
+                  start_method="fork")
+    with closing(feed):
+        with pytest.raises(WorkerError, match="inference server") as info:
+            for _ in range(1000):
+                next(feed)
+    assert info.value.type_name.endswith("ActorFailure")
+
+
+def test_worker_killed_is_replaced():
+    """A worker SIGKILLed with ``restarts=1``: replaced (its pipes to the
+    server dropped, new ones attached), batches go on, each fragment
+    still equal to its generation's reference."""
+    feed = served(groups=2, restarts=1, restart_delay=0.0,
+                  start_method="fork")
+    with closing(feed):
+        next(feed)
+        victim = feed.pids[1]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + REPLACEMENT
+        refs = {}
+        fresh = 0
+        while fresh < 2:
+            assert time.monotonic() < deadline
+            batch = next(feed)
+            for s, (worker, seq) in enumerate(identities(batch, 2, B)):
+                generation = int(batch.meta.generation[s * B])
+                if (worker, generation) not in refs:
+                    # generation 0 from its start; a replacement from
+                    # resets at its first fragment (the first delivered)
+                    first = seq if generation else 0
+                    refs[worker, generation] = (first, reference(
+                        mixed_factory, CountingActor(), T, B, 99,
+                        worker=worker, generation=generation, seq=first,
+                        count=40, env_info=ENV_INFO))
+                first, fragments = refs[worker, generation]
+                assert_fragments_equal(
+                    without_version(slot(batch, s, B, hx_dim=0)),
+                    without_version(fragments[seq - first]))
+                fresh += generation == 1
+        assert feed.stats["restarts"] == 1
+    assert gone(victim)
+
+
+# -------------------------------------------------------------- keywords --
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(serve=True, groups=3), "groups=3 must divide n_per_actor=4"),
+    (dict(serve=True, groups=0), "groups must be an int"),
+    (dict(serve=True, deadline=-1.0), "deadline must be None"),
+    (dict(groups=2), "give serve=True"),
+    (dict(serve="yes"), "serve must be True or False"),
+    (dict(serve=True, actor_device="meta"), "actor_device='meta'"),
+    (dict(serve=True, actor_device=["cpu", "cpu"]), "one device"),
+])
+def test_bad_keywords(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        multi.rollout(mixed_factory, CountingActor(), T, 2, B, 4, 2,
+                      **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
+def test_cuda_server_needs_cuda():
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        multi.rollout(mixed_factory, CountingActor(), T, 2, B, 4, 2,
+                      serve=True, actor_device="cuda")
