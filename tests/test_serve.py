@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import nn
 
-from bounds import FAULT, REPLACEMENT, START, STEADY as TIMEOUT
+from bounds import FAULT, REPLACEMENT, SHUTDOWN, START, STEADY as TIMEOUT
 from envs import ENV_INFO, mixed_factory
 from generators import (CountingActor, RaisingActor, assert_fragments_equal,
                         gone, identities, slot, without_version)
@@ -242,6 +242,20 @@ def test_worker_killed_is_replaced():
                 fresh += generation == 1
         assert feed.stats["restarts"] == 1
     assert gone(victim)
+
+
+def test_close_is_bounded_in_mid_collection():
+    """``close()`` while the workers and the server are busy: every
+    process stops within the shutdown bound (the server's STOP ends the
+    waits of workers in the middle of a fragment)."""
+    feed = served(groups=2, n_buffers=8, shutdown_timeout=SHUTDOWN,
+                  start_method="fork")
+    next(feed)
+    pids = list(feed.pids) + [feed._supervisor.server.pid]
+    tic = time.monotonic()
+    feed.close()
+    assert time.monotonic() - tic < 2 * SHUTDOWN
+    assert all(gone(pid) for pid in pids)
 
 
 # -------------------------------------------------------------- keywords --

@@ -13,8 +13,8 @@
 - :mod:`.choose`: which of them an actor gets (:func:`as_policy`).
 
 The core loops (:mod:`rlplay.engine.core`) call nothing else of the
-actor; a policy served by another process is a further implementation of
-:class:`Policy`, not a branch of the loops.
+actor; a policy served by another process (:class:`ServedPolicy`) is a
+further implementation of :class:`Policy`, not a branch of the loops.
 """
 from .choose import as_policy
 from .device import DevicePolicy

@@ -104,6 +104,31 @@ resets with seeds of its own generation, loads the latest parameters and
 numbers its fragments on from the last one received. Fragments received
 before the failure are delivered as usual.
 
+Served inference (``serve=True``): the workers step envs only, and one
+more process, the inference server, runs the actor for all of them on
+``actor_device`` (:mod:`rlplay.engine.workers._server` draws its
+timeline). In the timeline above, "collect → b" becomes: for each row,
+ask the server (the indices of the row: buffer, row, env group), which
+gathers the rows of every worker that asked, calls the actor once on
+them (once per parameter version), writes the actions, ``info`` and
+``hx`` into the rows and answers with the version; step the envs. A
+worker's ``n_per_actor`` envs form ``groups`` groups, stepped in turn
+while the server computes the other group's actions; ``deadline``
+chooses the batching: lock-step, ``None`` (each group of every
+collecting worker served together: the same batches in every run while
+no worker waits for a buffer, so a sampling actor's draws repeat), or
+seconds (a group as soon as every worker asked for it, else whatever has
+arrived once the oldest request waited that long). The workers' own copy
+of the actor makes ``hx`` at resets (``initial_hx``, ``reset``: they
+must not depend on trained parameters). The server pins the latest version at a
+fragment's first request, for the whole fragment (``meta.version``); it
+never loads parameters in the middle of one. It is supervised as the
+workers are (its error or death is raised naming it, never restarted);
+a replaced worker's requests are dropped and its replacement gets pipes
+of its own; ``stats`` counts the server's calls and rows
+(``served_calls``, ``served_rows``, ``served_mean_rows``) and its busy
+and forward seconds.
+
 Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
@@ -271,6 +296,10 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
         Drop fragments collected with a parameter version older than the
         current one minus ``max_lag`` (``0``: only fragments collected with
         the parameters of this very ``next()``); counted in ``stats``.
+    serve, groups, deadline : bool, int, float or None
+        Served inference (the module docstring): one server runs the
+        actor for every worker; ``groups`` env groups per worker, stepped
+        in turn; ``deadline``, lock-step (``None``) or seconds.
 
     Returns
     -------
