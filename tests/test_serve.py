@@ -32,7 +32,8 @@ from envs import ENV_INFO, mixed_factory
 from generators import (CountingActor, RaisingActor, assert_fragments_equal,
                         gone, identities, slot, without_version)
 from reference import reference
-from rlplay.engine import BaseActorModule, WorkerDied, WorkerError
+from rlplay.engine import (BaseActorModule, RolloutTimeout, WorkerDied,
+                           WorkerError)
 from rlplay.engine.rollout import multi
 from rlplay.engine.utils import get_context, preload_forkserver
 
@@ -207,6 +208,39 @@ def test_server_actor_raises():
             for _ in range(1000):
                 next(feed)
     assert info.value.type_name.endswith("ActorFailure")
+
+
+class HangingActor(CountingActor):
+    """Hangs (sleeps for good) at the 20th real step of its process (the
+    server copies the actor for each parameter version: the count is the
+    class's)."""
+
+    calls = 0
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        if not virtual:
+            HangingActor.calls += 1
+            if HangingActor.calls >= 20:
+                time.sleep(1000.0)
+        return super().step(stepno, obs, act, rew, fin, hx=hx,
+                            virtual=virtual)
+
+
+def test_server_hangs():
+    """A server that hangs in the actor: RolloutTimeout after ``timeout``
+    of no news (the workers are alive, waiting for it), and every process
+    is ended, the server too."""
+    feed = served(actor=HangingActor(), timeout=0.5, shutdown_timeout=0.5,
+                  start_method="fork")
+    with closing(feed):
+        next(feed)
+        pids = list(feed.pids) + [feed._supervisor.server.pid]
+        tic = time.monotonic()
+        with pytest.raises(RolloutTimeout, match="within 0.5 s"):
+            for _ in range(1000):
+                next(feed)
+        assert time.monotonic() - tic < FAULT
+    assert all(gone(pid) for pid in pids)
 
 
 def test_worker_killed_is_replaced():
