@@ -34,6 +34,7 @@ from generators import (CountingActor, RaisingActor, assert_fragments_equal,
 from reference import reference
 from rlplay.engine import (BaseActorModule, RolloutTimeout, WorkerDied,
                            WorkerError)
+from rlplay.engine.nested import getitem
 from rlplay.engine.rollout import multi
 from rlplay.engine.utils import get_context, preload_forkserver
 
@@ -64,6 +65,57 @@ def check_against_reference(feed, n_batches, n_actors=2, n_per_batch=2):
                 without_version(refs[worker][seq]))
             seen += 1
     assert seen == n_batches * n_per_batch
+
+
+# ------------------------------------------------------- the policy seam --
+
+class FakeChannel:
+    """Records the requests, answers with a version (no process)."""
+
+    def __init__(self):
+        self.asked = []
+
+    def ask(self, *request):
+        self.asked.append(request)
+
+    def answer(self):
+        return 7
+
+
+def test_served_policy_names_rows_and_returns_their_views():
+    """A served policy sends the indices of a row (buffer, row, group,
+    seq, virtual), copies ``hx`` into the in slot, and returns views of
+    the rows the server writes (action row ``t + 1``, info row ``t``) and
+    of the out slot; the version of the fragment's first step is kept."""
+    from rlplay.engine.core import prepare
+    from rlplay.engine.policy import ServedPolicy, as_policy
+    from rlplay.engine.workers._grouped import columns
+
+    actor = CountingActor()
+    buffers = [prepare(mixed_factory(1), actor, T, B) for _ in range(2)]
+    views = [columns(buffer, slice(2, 4), 0) for buffer in buffers]
+    hx_in, hx_out = torch.zeros(2, 2), torch.zeros(2, 2)
+    channel = FakeChannel()
+    policy = ServedPolicy(as_policy(actor), channel, views, 1, hx_in, hx_out)
+    policy.seq = 3
+    row = getitem(views[1].pyt.state, slice(2, 3))
+    hx = torch.ones(2, 2)
+    policy.submit(row, hx)
+    act, hx_next, info = policy.wait()
+    assert channel.asked == [(1, 2, 1, 3, False)]
+    assert torch.equal(hx_in, hx) and hx_next is hx_out
+    assert act.data_ptr() == buffers[1].pyt.state.act[3, 2].data_ptr()
+    assert info["value"].data_ptr() == \
+        buffers[1].pyt.actor["value"][2, 2].data_ptr()
+    assert policy.version is None  # not a fragment's first step
+    policy.submit(getitem(views[0].pyt.state, slice(0, 1)), hx)
+    policy.wait()
+    assert policy.version == 7
+    info = policy.lookahead(getitem(views[0].pyt.state, slice(T, T + 1)),
+                            hx)
+    assert channel.asked[-1] == (0, T, 1, 3, True)
+    with pytest.raises(ValueError, match="shared buffers only"):
+        policy.submit(getitem(buffers[0].pyt.state, slice(0, 1)), hx)
 
 
 # ------------------------------------------------------------- exactness --
