@@ -361,6 +361,14 @@ def test_bad_keywords(kwargs, match):
                       **kwargs)
 
 
+@pytest.mark.parametrize("kind", ["same", "single"])
+def test_generators_without_the_served_mode_refuse_it(kind):
+    from rlplay.engine.rollout import same, single
+    module = {"same": same, "single": single}[kind]
+    with pytest.raises(TypeError, match="serve"):
+        module.rollout(mixed_factory, CountingActor(), T, B, serve=True)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
 def test_cuda_server_needs_cuda():
     with pytest.raises(RuntimeError, match="needs CUDA"):
