@@ -120,8 +120,8 @@ no worker waits for a buffer, so a sampling actor's draws repeat), or
 seconds (a group as soon as every worker asked for it, else whatever has
 arrived once the oldest request waited that long). The workers' own copy
 of the actor makes ``hx`` at resets (``initial_hx``, ``reset``: they
-must not depend on trained parameters). The server pins the latest version at a
-fragment's first request, for the whole fragment (``meta.version``); it
+must not depend on trained parameters). The server pins the latest version when it
+serves a fragment's first request, for the whole fragment (``meta.version``); it
 never loads parameters in the middle of one. It is supervised as the
 workers are (its error or death is raised naming it, never restarted);
 a replaced worker's requests are dropped and its replacement gets pipes

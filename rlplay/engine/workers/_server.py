@@ -23,6 +23,7 @@ actions)::
                                                    ◄── Request g0 row 0
                                                    ◄── Request g1 row 0
                           pin v for (w, seq): latest
+                          (at its first request served)
                           serve g0 of every worker ──► act, info, hx → rows
                                                        step g0 envs │ g1
                           serve g1 of every worker ──► (waits)      │
@@ -45,7 +46,7 @@ it, and whatever has arrived is served once the oldest request waited
 ``deadline``: batches form from what is there.
 
 Versions: the server pins, for each worker and fragment, the latest
-published version when the fragment's first request arrives (loading it
+published version when it serves the fragment's first request (loading it
 from :class:`~._params.SharedParams` into a copy of its own), keeps the
 versions still pinned, and splits a batch into one forward call per
 version: every action of a fragment comes from the version its
@@ -169,7 +170,7 @@ class _Server:
         self.stage = "start-up"
         self.conns = {}        # (w, g): the server's end of the pipe
         self.collecting = set()
-        self.pending = [{} for _ in range(self.groups)]  # w: (req, v, t)
+        self.pending = [{} for _ in range(self.groups)]  # w: (req, t)
         self.pins = {}         # w: (seq, version)
         self.models = {}       # version: policy
         self.turn = 0          # lock-step: the group served next
@@ -241,7 +242,7 @@ class _Server:
         if self.deadline is None:
             return POLL_INTERVAL
         oldest = [t for pending in self.pending
-                  for _, _, t in pending.values()]
+                  for _, t in pending.values()]
         if not oldest:
             return POLL_INTERVAL
         return min(POLL_INTERVAL, max(0.0, min(oldest) + self.deadline
@@ -263,11 +264,23 @@ class _Server:
             self.pending[g].pop(w, None)
 
     def _pending(self, w, request):
-        pin = self.pins.get(w)
-        if pin is None or pin[0] != request.seq:
-            pin = self.pins[w] = (request.seq, self._latest())
-        self.pending[request.group][w] = (request, pin[1], time.monotonic())
+        self.pending[request.group][w] = (request, time.monotonic())
         self.collecting.add(w)
+
+    def _pinned(self, batch):
+        """``[(w, g, request, version)]``: a fragment's first request
+        served pins the version published last for the whole fragment
+        (the workers of a lock-step round that begin fragments share
+        it)."""
+        latest, pinned = None, []
+        for w, g, request in batch:
+            pin = self.pins.get(w)
+            if pin is None or pin[0] != request.seq:
+                if latest is None:
+                    latest = self._latest()
+                pin = self.pins[w] = (request.seq, latest)
+            pinned.append((w, g, request, pin[1]))
+        return pinned
 
     def _latest(self):
         """The version published last, loaded (a policy of its own);
@@ -287,8 +300,8 @@ class _Server:
         return version
 
     def _due(self):
-        """The requests to serve now, ``[(w, g, request, version)]`` (in
-        worker order), or ``[]``."""
+        """The requests to serve now, ``[(w, g, request)]`` (in worker
+        order), or ``[]``."""
         collecting = self.collecting
         for g in ([self.turn] if self.deadline is None
                   else range(self.groups)):
@@ -300,7 +313,7 @@ class _Server:
             return []
         now = time.monotonic()
         if any(t + self.deadline <= now for pending in self.pending
-               for _, _, t in pending.values()):
+               for _, t in pending.values()):
             return self._take(range(self.groups))
         return []
 
@@ -308,8 +321,8 @@ class _Server:
         batch = []
         for g in groups:
             pending, self.pending[g] = self.pending[g], {}
-            batch.extend((w, g, request, version) for w, (
-                request, version, _) in pending.items())
+            batch.extend((w, g, request)
+                         for w, (request, _) in pending.items())
         batch.sort(key=lambda item: (item[0], item[1]))
         return batch
 
@@ -338,6 +351,7 @@ class _Server:
 
     def _serve(self, batch):
         tic = time.perf_counter()
+        batch = self._pinned(batch)
         forward = 0.0
         calls = {}
         for item in batch:
