@@ -119,8 +119,7 @@ keyword             default    meaning
                                stepped while the server computes the
                                other's actions, and ``deadline`` chooses
                                lock-step (``None``) or deadline batching
-                               (:mod:`rlplay.engine.workers._server`;
-                               docs/how-to/serving.md)
+                               (:mod:`.multi`; docs/how-to/serving.md)
 ==================  =========  =============================================
 
 Every generator and the :class:`Evaluator` (and :mod:`.episodic` over
