@@ -118,6 +118,74 @@ def test_served_policy_names_rows_and_returns_their_views():
         policy.submit(getitem(buffers[0].pyt.state, slice(0, 1)), hx)
 
 
+def batching_server(groups, deadline):
+    from rlplay.engine.workers._server import (ServeOptions, ServerConfig,
+                                               _Server)
+    options = ServeOptions(groups=groups, deadline=deadline, device="cpu",
+                           actor=None, entropy=None, hx=None, hx_dim=1)
+    return _Server(ServerConfig(options=options, buffers=None, hx=None,
+                                params=None, counters=None, n_workers=2),
+                   link=None)
+
+
+def due(server):
+    return [(w, g) for w, g, _ in server._due()]
+
+
+def test_lockstep_serves_the_groups_in_turn_once_every_worker_asked():
+    """Lock-step (no processes): group 0, then 1, then 0..., each once
+    every collecting worker asked for it; a worker that says it is idle
+    is not waited for."""
+    from rlplay.engine.workers._messages import Idle, Request
+    server = batching_server(2, None)
+    server.collecting = {0, 1}
+    for w in (0, 1):
+        server._pending(w, Request(w, 0, 1, 0))  # group 1 first
+    assert due(server) == []  # group 0's turn
+    server._pending(0, Request(0, 0, 0, 0))
+    assert due(server) == []  # worker 1's group 0 is missing
+    server._pending(1, Request(1, 0, 0, 0))
+    assert due(server) == [(0, 0), (1, 0)]
+    assert due(server) == [(0, 1), (1, 1)]
+    assert due(server) == []
+    server._read((1, 0), FakeConn([Idle(0)]))
+    server._pending(0, Request(2, 1, 0, 0))
+    assert due(server) == [(0, 0)]
+
+
+def test_deadline_serves_what_arrived_once_the_oldest_waited():
+    """Deadline batching (no processes): a group at once when every
+    collecting worker asked for it, else everything pending once the
+    oldest request waited the deadline."""
+    from rlplay.engine.workers._messages import Request
+    server = batching_server(2, 0.5)
+    server.collecting = {0, 1}
+    server._pending(0, Request(0, 0, 1, 0))
+    assert due(server) == []
+    assert 0 < server._timeout() <= 0.5
+    server._pending(1, Request(1, 0, 1, 0))
+    assert due(server) == [(0, 1), (1, 1)]  # complete: not waited for
+    server._pending(1, Request(1, 1, 0, 0))
+    server._pending(0, Request(0, 1, 1, 0))
+    assert due(server) == []
+    request, _ = server.pending[0][1]
+    server.pending[0][1] = (request, time.monotonic() - 1.0)  # waited
+    assert due(server) == [(0, 1), (1, 0)]
+
+
+class FakeConn:
+    """The server's end of a worker's pipe, holding ``messages``."""
+
+    def __init__(self, messages):
+        self.messages = list(messages)
+
+    def poll(self):
+        return bool(self.messages)
+
+    def recv(self):
+        return self.messages.pop(0)
+
+
 # ------------------------------------------------------------- exactness --
 
 @pytest.mark.parametrize("groups", [1, 2])
