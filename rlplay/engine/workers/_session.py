@@ -140,12 +140,12 @@ class Session:
         self.device = None if spec.actor_device is None \
             else spec.actor_device[index]
         self.policy = None
-        self.groups, self.served = 1, False
+        self.groups = None
 
-    def start(self, threads=1, in_process=False, groups=1):
-        """Rebuild the factory and the actor and make the envs (in
-        ``groups`` equal groups of columns, each its own batch, for a
-        served worker: :class:`~._grouped.GroupedEnvs`).
+    def start(self, threads=1, in_process=False, groups=None):
+        """Rebuild the factory and the actor and make the envs: one batch,
+        or (a served worker) ``groups`` equal groups of columns, each a
+        batch of its own (:class:`~._grouped.GroupedEnvs`).
 
         A worker (``in_process=False``) also seeds its process's global
         generators from its collector's sequence, runs ``threads`` torch
@@ -168,7 +168,7 @@ class Session:
                                         self.collector, self.generation)
         self.stage = "the factory"
         self.groups = groups
-        if groups == 1 and not self.served:
+        if groups is None:
             self.envs = make_batch(factory, self.seeds)
         else:
             size = spec.n_envs // groups
@@ -346,7 +346,6 @@ def main(conn, config, pdeathsig=True):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         if config.serve is not None:  # a served worker steps envs only
-            session.served = True
             session.start(config.threads, groups=config.serve.groups)
             serve_groups(link, session, config)
             return
