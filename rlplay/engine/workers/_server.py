@@ -169,7 +169,9 @@ class _Server:
         self.device = torch.device(options.device)
         self.stage = "start-up"
         self.conns = {}        # (w, g): the server's end of the pipe
-        self.collecting = set()
+        # every worker collects from the start (lock-step waits for the
+        # first requests of all, whichever is attached first)
+        self.collecting = set(range(config.n_workers))
         self.pending = [{} for _ in range(self.groups)]  # w: (req, t)
         self.pins = {}         # w: (seq, version)
         self.models = {}       # version: policy
