@@ -211,6 +211,35 @@ def test_equal_to_per_worker_fragments(groups, deadline):
     assert 0 < stats["time_serve_forward"] <= stats["time_serve_busy"]
 
 
+class LayeredActor(CountingActor):
+    """:class:`CountingActor` with ``hx`` of two leaves laid out as an
+    LSTM's, ``(layers, B, 2)``: the env axis second (``hx_dim = 1``)."""
+
+    hx_dim = 1
+
+    def step(self, stepno, obs, act, rew, fin, /, *, hx, virtual):
+        inner = None if hx is None else hx[0][0]
+        act, inner, info = super().step(stepno, obs, act, rew, fin,
+                                        hx=inner, virtual=virtual)
+        return act, (inner.unsqueeze(0), (inner * 2).unsqueeze(0)), info
+
+
+def test_hx_of_several_leaves_along_hx_dim():
+    """``hx`` leaves with the env axis second: each group's slots, the
+    server's concatenation and the batch's ``hx`` along ``hx_dim``; the
+    fragments equal the reference's."""
+    feed = served(actor=LayeredActor(), groups=2, start_method="fork")
+    refs = [reference(mixed_factory, LayeredActor(), T, B, 99, worker=w,
+                      count=12, env_info=ENV_INFO) for w in range(2)]
+    with closing(feed):
+        for batch in itertools.islice(feed, 4):
+            assert batch.hx[0].shape == (1, 2 * B, 2)
+            for s, (worker, seq) in enumerate(identities(batch, 2, B)):
+                assert_fragments_equal(
+                    without_version(slot(batch, s, B, hx_dim=1)),
+                    without_version(refs[worker][seq]))
+
+
 @pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
 def test_start_methods(start_method):
     """The same data under every start method (the server's pipes to the
