@@ -309,8 +309,8 @@ def test_versions_recorded_exactly(max_lag):
     """Before each next(), the learner sets the parameter to the version
     that next() publishes: every row's ``info`` holds the ``meta.version``
     of its fragment (a fragment is served by one version, pinned when its
-    first request is served); with ``max_lag=0`` that is the version of this very
-    next()."""
+    first request is served); with ``max_lag=0`` that is the version of
+    this very next()."""
     actor = VersionActor()
     feed = served(actor=actor, max_lag=max_lag, groups=2,
                   start_method="fork")

@@ -24,7 +24,8 @@ actions)::
                                                    ◄── Request g1 row 0
                           pin v for (w, seq): latest
                           (at its first request served)
-                          serve g0 of every worker ──► act, info, hx → rows
+                          serve g0 of every worker ──► act, info, hx
+                                                       → rows
                                                        step g0 envs │ g1
                           serve g1 of every worker ──► (waits)      │
                                                    ◄── Request g0 row 1
@@ -84,7 +85,7 @@ from ..shared import copy_
 from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord, ended,
                         guard_group, guard_parent, ignore_interrupts,
                         wait_ended)
-from ._messages import (LOOKAHEAD, STEP, Attach, Buffers, Bye, Drop, Failed,
+from ._messages import (STEP, Attach, Buffers, Bye, Drop, Failed,
                         Idle, Request, ServeLink)
 from ._grouped import hx_slot
 from ._restarts import reported
