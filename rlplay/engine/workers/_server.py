@@ -24,14 +24,16 @@ actions)::
                                                    ◄── Request g1 row 0
                           pin v for (w, seq): latest
                           (at its first request served)
-                          serve g0 of every worker ──► act, info, hx
-                                                       → rows
-                                                       step g0 envs │ g1
-                          serve g1 of every worker ──► (waits)      │
-                                                   ◄── Request g0 row 1
-                          ...                          step g1 envs
-                                                   ◄── Ready(b, seq, v)
-                                                       (to the learner)
+                          serve g0 of every worker:
+                          act, info, hx into rows ───► g0: step its envs
+                          serve g1 of every worker:    (g1 waits)
+                          act, info, hx into rows ◄─── Request g0 row 1
+                                                  ───► g1: step its envs
+                          serve g0 of every worker ◄── Request g1 row 1
+                          ...                          ...
+                                                       fragment done:
+                                                       Ready(b, seq, v) to
+                                                       the learner
     retire w: Drop(w) ──► drop w's pipes and requests
     close(): STOP ──────► Bye
 
