@@ -20,6 +20,9 @@ keywords refused up front.
 import itertools
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from contextlib import closing
 
@@ -27,7 +30,8 @@ import pytest
 import torch
 from torch import nn
 
-from bounds import FAULT, REPLACEMENT, SHUTDOWN, START, STEADY as TIMEOUT
+from bounds import (FAULT, REPLACEMENT, SCRIPT, SHUTDOWN, START,
+                    STEADY as TIMEOUT)
 from envs import ENV_INFO, mixed_factory
 from generators import (CountingActor, RaisingActor, assert_fragments_equal,
                         gone, identities, slot, without_version)
@@ -438,6 +442,37 @@ def test_close_is_bounded_in_mid_collection():
     tic = time.monotonic()
     feed.close()
     assert time.monotonic() - tic < 2 * SHUTDOWN
+    assert all(gone(pid) for pid in pids)
+
+
+_EXIT_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from envs import mixed_factory
+from generators import CountingActor
+from rlplay.engine.rollout import multi
+
+if __name__ == "__main__":
+    feed = multi.rollout(mixed_factory, CountingActor(), 4, 2, 2, 4, 2,
+                         serve=True, groups=2, timeout={timeout})
+    next(feed)
+    print(*feed.pids, feed._supervisor.server.pid, flush=True)
+    cycle = [feed]
+    cycle.append(cycle)  # only the exit handler can close it
+"""
+
+
+def test_interpreter_exits_without_close():
+    """A script that never closes its served rollout still exits, and
+    leaves neither a worker nor the server behind (the exit handler
+    stops the server with the workers)."""
+    script = _EXIT_SCRIPT.format(tests=os.path.dirname(__file__),
+                                 timeout=TIMEOUT)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
+                          capture_output=True, text=True, timeout=SCRIPT)
+    assert done.returncode == 0, done.stderr
+    pids = list(map(int, done.stdout.split()))
+    assert len(pids) == 3
     assert all(gone(pid) for pid in pids)
 
 
