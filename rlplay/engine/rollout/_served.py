@@ -48,7 +48,8 @@ class ServedStats(Stats):
     (:data:`~rlplay.engine.workers.SERVED_STATS`: ``served_calls``, the
     actor's calls; ``served_rows``, the env rows they computed;
     ``time_serve_busy``, the server's seconds serving and
-    ``time_serve_forward``, those in the actor's calls), with
+    ``time_serve_forward``, those in the actor's calls, with the copy of
+    their outputs to the host from a device), with
     ``served_mean_rows``, the rows of an average call; read at each
     batch."""
 

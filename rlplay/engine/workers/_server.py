@@ -393,6 +393,11 @@ class _Server:
             else:
                 act, hx_next = None, None
                 info = policy.lookahead(row, hx)
+        if self.device.type != "cpu":
+            # one copy to the host a leaf, then the parts on the host
+            # (not a copy, and a wait, per worker)
+            info, act, hx_next = (None if x is None else suply(
+                _to_host, x) for x in (info, act, hx_next))
         toc = time.perf_counter()
         B = self.B
         for i, ((w, g, _, _), (_, act_row, info_row)) in enumerate(
@@ -407,6 +412,10 @@ class _Server:
                 copy_(self._hx(w, g, True),
                       suply(lambda x: part(x, hx_dim), hx_next))
         return toc - tic
+
+
+def _to_host(x):
+    return x.to("cpu")
 
 
 def _joined(trees, dim):
