@@ -30,8 +30,8 @@ import pytest
 import torch
 from torch import nn
 
-from bounds import (FAULT, REPLACEMENT, SCRIPT, SHUTDOWN, START,
-                    STEADY as TIMEOUT)
+from bounds import (CUDA_STEADY, FAULT, REPLACEMENT, SCRIPT, SHUTDOWN,
+                    START, STEADY as TIMEOUT)
 from envs import ENV_INFO, mixed_factory
 from generators import (CountingActor, RaisingActor, assert_fragments_equal,
                         gone, identities, slot, without_version)
@@ -499,6 +499,18 @@ def test_generators_without_the_served_mode_refuse_it(kind):
     module = {"same": same, "single": single}[kind]
     with pytest.raises(TypeError, match="serve"):
         module.rollout(mixed_factory, CountingActor(), T, B, serve=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("groups", [1, 2])
+def test_served_on_cuda_equals_per_worker_fragments(groups):
+    """The server on CUDA (under forkserver): the same fragments as the
+    reference's (the actor's elementwise outputs are exact on any
+    device)."""
+    feed = served(groups=groups, actor_device="cuda",
+                  start_method="forkserver", timeout=CUDA_STEADY)
+    with closing(feed):
+        check_against_reference(feed, 3)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
