@@ -339,7 +339,7 @@ def test_server_killed():
     feed = served(groups=2, start_method="fork")
     with closing(feed):
         next(feed)
-        server = feed._supervisor.server.pid
+        server = feed._supervision.supervisor.server.pid
         pids = list(feed.pids)
         os.kill(server, signal.SIGKILL)
         tic = time.monotonic()
@@ -387,7 +387,7 @@ def test_server_hangs():
                   start_method="fork")
     with closing(feed):
         next(feed)
-        pids = list(feed.pids) + [feed._supervisor.server.pid]
+        pids = list(feed.pids) + [feed._supervision.supervisor.server.pid]
         tic = time.monotonic()
         with pytest.raises(RolloutTimeout, match="within 0.5 s"):
             for _ in range(1000):
@@ -438,7 +438,7 @@ def test_close_is_bounded_in_mid_collection():
     feed = served(groups=2, n_buffers=8, shutdown_timeout=SHUTDOWN,
                   start_method="fork")
     next(feed)
-    pids = list(feed.pids) + [feed._supervisor.server.pid]
+    pids = list(feed.pids) + [feed._supervision.supervisor.server.pid]
     tic = time.monotonic()
     feed.close()
     assert time.monotonic() - tic < 2 * SHUTDOWN
@@ -456,7 +456,7 @@ if __name__ == "__main__":
     feed = multi.rollout(mixed_factory, CountingActor(), 4, 2, 2, 4, 2,
                          serve=True, groups=2, timeout={timeout})
     next(feed)
-    print(*feed.pids, feed._supervisor.server.pid, flush=True)
+    print(*feed.pids, feed._supervision.supervisor.server.pid, flush=True)
     cycle = [feed]
     cycle.append(cycle)  # only the exit handler can close it
 """

@@ -120,14 +120,14 @@ no worker waits for a buffer, so a sampling actor's draws repeat), or
 seconds (a group as soon as every worker asked for it, else whatever has
 arrived once the oldest request waited that long). The workers' own copy
 of the actor makes ``hx`` at resets (``initial_hx``, ``reset``: they
-must not depend on trained parameters). The server pins the latest version when it
-serves a fragment's first request, for the whole fragment (``meta.version``); it
-never loads parameters in the middle of one. It is supervised as the
-workers are (its error or death is raised naming it, never restarted);
-a replaced worker's requests are dropped and its replacement gets pipes
-of its own; ``stats`` counts the server's calls and rows
-(``served_calls``, ``served_rows``, ``served_mean_rows``) and its busy
-and forward seconds.
+must not depend on trained parameters). The server pins the latest
+version when it serves a fragment's first request, for the whole
+fragment (``meta.version``); it never loads parameters in the middle of
+one. It is supervised as the workers are (its error or death is raised
+naming it, never restarted); a replaced worker's requests are dropped
+and its replacement gets pipes of its own; ``stats`` counts the server's
+calls and rows (``served_calls``, ``served_rows``, ``served_mean_rows``)
+and its busy and forward seconds.
 
 Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
