@@ -24,6 +24,7 @@ import gymnasium
 import torch
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
+import analysis
 import harness
 import rlplay
 from analysis import analyse, print_table
@@ -237,6 +238,8 @@ def rows(env_name, profile_rows=False):
 # where --only names it (a CNN on one core is slow)
 PIXELS = "pixels"
 PIXEL_STEPS = 32
+# the analysis reads a section's envs per actor call from its table
+analysis.SECTIONS.setdefault(PIXELS, (None, PIXEL_STEPS, N_ENVS))
 
 
 def pixel_rows():
