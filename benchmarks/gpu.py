@@ -42,6 +42,14 @@ thread each. Sections, each a table (``--json``: one object per line):
     for the Nature CNN and for a 17-64-64-6 MLP; milliseconds a call and
     microseconds an env, and how many worker cores one GPU call replaces.
 
+``served`` (where ``--sections`` names it)
+    ``multi.rollout`` with the CNN in every worker (on its CPU core)
+    beside ``serve=True`` (one inference server on the device, each
+    worker's envs in ``groups`` 1 and 2), at the same workers and envs,
+    the rows interleaved over the rounds: steps/s [min-max], the rows of
+    an average server call and the share of the server's busy time spent
+    in the forward pass.
+
     python benchmarks/gpu.py [--json] [--rounds 5] [--seconds 3]
                              [--device cuda] [--quick]
 """
@@ -134,6 +142,43 @@ def delivery_rows(args, device, pinned_ok):
                 results[name].append((n * per_batch / wall, collate,
                                       n * size / wall / MB))
     return results, size
+
+
+def served_rows(args, device):
+    """steps/s, rows per server call and forward share of the server's
+    busy time, for per-worker inference and the served mode, the rows
+    interleaved over the rounds."""
+    targets = {"per-worker": {},
+               "served.groups1": dict(serve=True, actor_device=device),
+               "served.groups2": dict(serve=True, actor_device=device,
+                                      groups=2)}
+    if args.envs % 2:
+        del targets["served.groups2"]
+    per_batch = args.steps * args.envs * args.per_batch
+    results = {name: [] for name in targets}
+    for _ in range(args.rounds):
+        for name, kwargs in targets.items():
+            with closing(feed(args, **kwargs)) as it:
+                next(it)  # the workers (and the server) started
+                tic, before = time.perf_counter(), dict(it.stats)
+                n = 0
+                while time.perf_counter() - tic < args.seconds or n < 2:
+                    next(it)
+                    n += 1
+                wall = time.perf_counter() - tic
+                after = it.stats
+                calls = after.get("served_calls", 0) - before.get(
+                    "served_calls", 0)
+                rows = after.get("served_rows", 0) - before.get(
+                    "served_rows", 0)
+                busy = after.get("time_serve_busy", 0.0) - before.get(
+                    "time_serve_busy", 0.0)
+                forward = after.get("time_serve_forward", 0.0) - \
+                    before.get("time_serve_forward", 0.0)
+                results[name].append((n * per_batch / wall,
+                                      rows / max(calls, 1),
+                                      forward / busy if busy else 0.0))
+    return results
 
 
 def copies(args, device, rounds):
@@ -328,7 +373,8 @@ def main(argv=None):
                         help="copies of each kind in the bandwidth section")
     parser.add_argument("--sections", default="delivery,train,inference",
                         help="a comma-separated subset of delivery (with "
-                        "the bandwidth), train, inference")
+                        "the bandwidth), train, inference, served (not "
+                        "by default)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny run: 2 workers of 2 envs, 1 round "
                         "of 0.3 s, n in 8 and 64")
@@ -346,7 +392,7 @@ def main(argv=None):
         args.rounds, args.seconds, args.sizes = 1, 0.3, (8, 64)
         args.copies = 5
     args.sections = set(args.sections.split(","))
-    unknown = args.sections - {"delivery", "train", "inference"}
+    unknown = args.sections - {"delivery", "train", "inference", "served"}
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}")
     torch.set_num_threads(2)
@@ -396,9 +442,28 @@ def main(argv=None):
         train_section(args, device, name, records)
     if "inference" in args.sections:
         inference_section(args, device, name, records)
+    if "served" in args.sections:
+        served_section(args, device, name, records)
     if args.json:
         print_json(records)
     return 0
+
+
+def served_section(args, device, name, records):
+    with torch.no_grad():
+        results = served_rows(args, device)
+    print(f"\n## served: the CNN in each worker, or served on {name} "
+          f"(median [min-max])")
+    print(f"{'inference':<16} {'steps/s':<28} {'rows/call':<22} "
+          f"forward share")
+    for target, rounds in results.items():
+        rate, rows, share = (stats([r[i] for r in rounds])
+                             for i in range(3))
+        print(f"{target:<16} {fmt3(rate, width=9, digits=0):<28} "
+              f"{fmt3(rows, width=5, digits=1):<22} "
+              f"{fmt3(share, 100, width=3, digits=0)} %")
+        records.append({"name": f"served/{target}", "steps_per_s": rate,
+                        "rows_per_call": rows, "forward_share": share})
 
 
 def train_section(args, device, name, records):

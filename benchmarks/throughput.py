@@ -24,6 +24,7 @@ import gymnasium
 import torch
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
+import analysis
 import harness
 import rlplay
 from analysis import analyse, print_table
@@ -145,6 +146,8 @@ def rows(env_name, profile_rows=False):
     the table, then the profile's (with ``profile_rows``)."""
     if env_name == "vector":
         return vector_rows()
+    if env_name == PIXELS:
+        return pixel_rows()
     if env_name in REAL_WORKLOADS:
         return real_rows(env_name)
     factory, n_steps, _ = WORKLOADS[env_name]
@@ -200,6 +203,15 @@ def rows(env_name, profile_rows=False):
                        2 * N_ACTORS, N_ACTORS,
                        steps_per_batch=batch * N_ACTORS),
             f"{n2}x{N_ENVS}"),
+        # served inference at the envs of multi.rollout: one server
+        # process runs the actor for both workers (one group each, or two
+        # stepped in turn while the server computes the other's actions)
+        row("multi.rollout.served",
+            gen(multi, N_ACTORS, n_per_actor, 2 * N_ACTORS, N_ACTORS,
+                serve=True), f"{n2}x{n_per_actor}"),
+        row("multi.rollout.served.groups2",
+            gen(multi, N_ACTORS, n_per_actor, 2 * N_ACTORS, N_ACTORS,
+                serve=True, groups=2), f"{n2}x{n_per_actor}"),
         row("AsyncVectorEnv",
             lambda s: run_vector(AsyncVectorEnv, factory, actor, n_steps, s),
             "async"),
@@ -219,6 +231,34 @@ def rows(env_name, profile_rows=False):
                      f"multi.rollout.{N_ACTORS}x{N_ENVS}.norm"},
             "cartpole": {"cluster.rollout"}}.get(env_name, set())
     return [r for r in table if r.name.split("/", 1)[1] not in skip]
+
+
+# the section of 84x84x4 frames and a Nature CNN (workloads.PixelEnv,
+# workloads.CNNActor), per-worker and served inference at equal envs; run
+# where --only names it (a CNN on one core is slow)
+PIXELS = "pixels"
+PIXEL_STEPS = 32
+# the analysis reads a section's envs per actor call from its table
+analysis.SECTIONS.setdefault(PIXELS, (None, PIXEL_STEPS, N_ENVS))
+
+
+def pixel_rows():
+    """The pixels section: ``multi.rollout`` 2x4 with the Nature CNN in
+    each worker, and served by one server (one group, two groups)."""
+    from workloads import CNNActor, PixelEnv
+    actor = CNNActor()
+    n_per_actor = N_ENVS // N_ACTORS
+    ceiling = f"{n_cores(N_ACTORS)}x{n_per_actor}"
+
+    def gen(**kwargs):
+        return generator(multi, PixelEnv, actor, PIXEL_STEPS, N_ACTORS,
+                         n_per_actor, 2 * N_ACTORS, N_ACTORS,
+                         steps_per_batch=PIXEL_STEPS * N_ENVS, **kwargs)
+
+    return [Row(f"{PIXELS}/{name}", run, "row", ceiling) for name, run in [
+        ("multi.rollout", gen()),
+        ("multi.rollout.served", gen(serve=True)),
+        ("multi.rollout.served.groups2", gen(serve=True, groups=2))]]
 
 
 def vector_rows():
@@ -366,7 +406,7 @@ def sections(patterns):
     (``atari`` names ``atari`` and ``atari_gym``; ``mujoco/hand``,
     ``mujoco``)."""
     return list(WORKLOADS) + [
-        name for name in REAL_WORKLOADS
+        name for name in list(REAL_WORKLOADS) + [PIXELS]
         if any(p and (p in name or p.startswith(name + "/"))
                for p in patterns)]
 

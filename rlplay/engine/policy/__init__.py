@@ -8,19 +8,22 @@
   feed-forward actor's ``act``);
 - :mod:`.device`: the actor on a device of its own, each row moved there
   once (:class:`DevicePolicy`);
+- :mod:`.served`: the actor called by an inference server on the shared
+  rows themselves, indices on a channel (:class:`ServedPolicy`);
 - :mod:`.choose`: which of them an actor gets (:func:`as_policy`).
 
 The core loops (:mod:`rlplay.engine.core`) call nothing else of the
-actor; a policy served by another process is a further implementation of
-:class:`Policy`, not a branch of the loops.
+actor; a policy served by another process (:class:`ServedPolicy`) is a
+further implementation of :class:`Policy`, not a branch of the loops.
 """
 from .choose import as_policy
 from .device import DevicePolicy
+from .served import ServedPolicy
 from .local import (FeedForwardPolicy, LocalPolicy, Policy, copier,
                     feeds_forward, fill_lookahead)
 
 __all__ = ["Policy", "LocalPolicy", "FeedForwardPolicy", "DevicePolicy",
-           "as_policy", "fill_lookahead"]
+           "ServedPolicy", "as_policy", "fill_lookahead"]
 
 # what the other folders of rlplay import beyond __all__ (the import
 # contract, tests/test_imports.py)

@@ -37,9 +37,9 @@ observations ``(B, ...)`` in its ``step`` (views it makes once per row:
 the view calls and the ``step`` around ``act`` are about 2% of a step of
 64 CartPole envs and a small MLP); :class:`~.device.DevicePolicy` runs it
 on a device of its own, moving each row there once (:mod:`.device`).
-Shared by several workers in another process would be a further
-implementation of these methods (:class:`Policy`), not a branch of the
-loops.
+Served to several workers by another process, it is a further
+implementation of these methods (:class:`~.served.ServedPolicy`), not a
+branch of the loops.
 """
 import torch
 

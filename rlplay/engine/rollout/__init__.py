@@ -107,7 +107,9 @@ keyword             default    meaning
                                CUDA refused up front without CUDA, under
                                ``fork``, for Ray workers without
                                ``num_gpus``); each row is moved there once
-                               (:mod:`rlplay.engine.policy.device`)
+                               (:mod:`rlplay.engine.policy.device`); with
+                               ``serve=True``, the inference server's one
+                               device
 ``prefetch``        0          batches that a thread of the learner prepares
                                ahead (``single``: at most 1): it waits for
                                the fragments, collates them and copies the
@@ -126,6 +128,16 @@ keyword             default    meaning
                                (``'manual'``: after the optimiser's step,
                                every step or every ``k``); either way
                                ``meta.version`` counts the publications
+``serve``           ``False``  ``multi`` only: one inference server runs
+                               the actor for every worker on
+                               ``actor_device`` (the CPU by default), in
+                               batched calls on the rows of the shared
+                               pool (indices only on the pipes); the
+                               workers step envs in ``groups`` groups, one
+                               stepped while the server computes the
+                               other's actions, and ``deadline`` chooses
+                               lock-step (``None``) or deadline batching
+                               (:mod:`.multi`; docs/how-to/serving.md)
 ==================  =========  =============================================
 
 Every generator of fragments with workers (``single``, ``multi``,
@@ -192,6 +204,12 @@ key                        meaning
 ``dropped``, ``restarts``  stale fragments dropped (``max_lag``), workers
                            replaced
 ``workers``                one dict of counts per worker
+``served_calls``,          ``multi(serve=True)`` only: the server's calls
+``served_rows``,           of the actor, the env rows they computed, the
+``served_mean_rows``       rows of an average call (the batch size formed)
+``time_serve_busy``,       ``multi(serve=True)`` only: the server's seconds
+``time_serve_forward``     serving (gather, call, write back, answer) and
+                           those in the actor's calls
 =========================  ==================================================
 """
 import importlib

@@ -44,15 +44,18 @@ class Supervision:
         self.timeout, self.start_timeout = timeout, start_timeout
         self.supervisor = self.source = self.params = None
 
-    def workers(self, ctx, n_workers, actor, protocol, *, name, stats=Stats):
+    def workers(self, ctx, n_workers, actor, protocol, *, name, stats=Stats,
+                supervisor=Supervisor):
         """Share ``actor``'s parameters
         (:class:`~rlplay.engine.workers.SharedParams`, at the run's
         version), make the protocol that the workers serve and the source
         of fragments, ``protocol(params)`` (see
         :class:`~rlplay.engine.workers.Supervisor`), and its
         ``stats(accounts)`` (kept by the set-up), and start ``n_workers``
-        worker processes named ``f"{name}-{w}"`` under the restart policy.
-        On a failure, closes what was made and raises."""
+        worker processes named ``f"{name}-{w}"`` under the restart policy,
+        run by ``supervisor`` (a :class:`~rlplay.engine.workers.Supervisor`
+        class, or a factory of the same arguments). On a failure, closes
+        what was made and raises."""
         setup = self.setup
         self.params = SharedParams(actor, ctx, version=setup.run.version)
         try:
@@ -61,7 +64,7 @@ class Supervision:
         except BaseException:
             self.close(graceful=False)
             raise
-        self.supervise(lambda: Supervisor(
+        self.supervise(lambda: supervisor(
             ctx, n_workers, self.source, name=name, params=self.params,
             run=setup.run, calls=setup.calls, **setup.policy))
 

@@ -110,6 +110,31 @@ batches while the caller trains, and ``next()`` publish or leave that to
 ``feed.publish()``; what changes for the versions and ``max_lag`` is in
 docs/how-to/prefetch.md (the protocol: ``rollout/_prefetch.py``).
 
+Served inference (``serve=True``): the workers step envs only, and one
+more process, the inference server, runs the actor for all of them on
+``actor_device`` (:mod:`rlplay.engine.workers._server` draws its
+timeline). In the timeline above, "collect → b" becomes: for each row,
+ask the server (the indices of the row: buffer, row, env group), which
+gathers the rows of every worker that asked, calls the actor once on
+them (once per parameter version), writes the actions, ``info`` and
+``hx`` into the rows and answers with the version; step the envs. A
+worker's ``n_per_actor`` envs form ``groups`` groups, stepped in turn
+while the server computes the other group's actions; ``deadline``
+chooses the batching: lock-step, ``None`` (each group of every
+collecting worker served together: the same batches in every run while
+no worker waits for a buffer, so a sampling actor's draws repeat), or
+seconds (a group as soon as every worker asked for it, else whatever has
+arrived once the oldest request waited that long). The workers' own copy
+of the actor makes ``hx`` at resets (``initial_hx``, ``reset``: they
+must not depend on trained parameters). The server pins the latest
+version when it serves a fragment's first request, for the whole
+fragment (``meta.version``); it never loads parameters in the middle of
+one. It is supervised as the workers are (its error or death is raised
+naming it, never restarted); a replaced worker's requests are dropped
+and its replacement gets pipes of its own; ``stats`` counts the server's
+calls and rows (``served_calls``, ``served_rows``, ``served_mean_rows``)
+and its busy and forward seconds.
+
 Shutdown (``close()``, leaving ``with``/``closing``, dropping the rollout,
 the interpreter's exit): the supervisor's ordered shutdown, then the pool
 is unmapped and the shared parameters dropped.
@@ -121,6 +146,7 @@ from ._base import Lifecycle, PoolKeywords, Status, Unpack, spell_out
 from ._calls import call_envs
 from ._prefetch import publish
 from ._gather import Gather
+from ._served import Served, check_serving
 
 __all__ = ["rollout", "Rollout", "Processes"]
 
@@ -163,11 +189,15 @@ class Rollout(Lifecycle):
     (``_setup``, ``delivery``, ``_supervision``)."""
 
     def __init__(self, factory, actor, n_steps, n_actors, n_per_actor,
-                 n_buffers, n_per_batch, *, start_method=None,
-                 **kwargs: Unpack[PoolKeywords]):
+                 n_buffers, n_per_batch, *, start_method=None, serve=False,
+                 groups=1, deadline=None, **kwargs: Unpack[PoolKeywords]):
+        check_serving(serve, groups, deadline, n_per_actor)
+        fleet = Processes(start_method)
+        if serve:
+            fleet = Served(fleet, groups, deadline)
         self._gather = gather = Gather(
-            "multi", Processes(start_method), self, factory, actor, n_steps,
-            n_actors, n_per_actor, n_buffers, n_per_batch, **kwargs)
+            "multi", fleet, self, factory, actor, n_steps, n_actors,
+            n_per_actor, n_buffers, n_per_batch, **kwargs)
         self._setup, self._supervision = gather.setup, gather.supervision
         self.actor, self.hx_dim = gather.actor, gather.hx_dim
         self.delivery, self.device = gather.delivery, gather.delivery.device
@@ -238,8 +268,8 @@ class Rollout(Lifecycle):
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-            n_per_batch, *, start_method=None,
-            **kwargs: Unpack[PoolKeywords]):
+            n_per_batch, *, start_method=None, serve=False, groups=1,
+            deadline=None, **kwargs: Unpack[PoolKeywords]):
     """Collect fragments in ``n_actors`` worker processes and yield batches
     of ``n_per_batch`` of them.
 
@@ -279,6 +309,10 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
         Drop fragments collected with a parameter version older than the
         current one minus ``max_lag`` (``0``: only fragments collected with
         the parameters of this very ``next()``); counted in ``stats``.
+    serve, groups, deadline : bool, int, float or None
+        Served inference (the module docstring): one server runs the
+        actor for every worker; ``groups`` env groups per worker, stepped
+        in turn; ``deadline``, lock-step (``None``) or seconds.
 
     Returns
     -------
@@ -335,7 +369,7 @@ def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
     """
     return Rollout(factory, actor, n_steps, n_actors, n_per_actor,
                    n_buffers, n_per_batch, start_method=start_method,
-                   **kwargs)
+                   serve=serve, groups=groups, deadline=deadline, **kwargs)
 
 
 spell_out(rollout, Gather.__init__)

@@ -10,6 +10,10 @@
 - :mod:`._supervisor`: worker processes under a restart policy
   (:mod:`._restarts`), one bounded wait on every pipe and sentinel, an
   ordered shutdown; :mod:`._ray`, the same for Ray actors (both sides);
+- :mod:`._server` and :mod:`._grouped`: served inference, one server
+  running the actor for every worker of a pool
+  (:class:`ServedSupervisor`), and the loop of a served worker, its envs
+  in groups;
 - :mod:`._params`: the actor's parameters shared with the workers
   (:class:`SharedParams`, :class:`RayParams`);
 - :mod:`._control`: env control, ``call_envs`` from the learner to every
@@ -34,6 +38,8 @@ from ._ray import RemoteSupervisor, join, ray_options
 from ._restarts import RESTART_DELAY, RestartPolicy
 from ._session import LearnerLink, Session, main
 from ._supervisor import Supervisor
+from ._server import (SERVED_STATS, ServedSupervisor, ServeOptions,
+                      serve_main)
 
 __all__ = [
     "Arrival", "Collation", "ReadyQueue", "check_hx_dim", "new_account",
@@ -47,4 +53,5 @@ __all__ = [
     "RESTART_DELAY", "RestartPolicy",
     "LearnerLink", "Session", "main",
     "Supervisor",
+    "SERVED_STATS", "ServedSupervisor", "ServeOptions", "serve_main",
 ]

@@ -3,7 +3,9 @@ starts from (see :mod:`._session` for the protocol)."""
 from typing import Any, NamedTuple, Optional
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
-           "SessionSpec", "WorkerConfig", "EvaluationSpec", "Buffers"]
+           "SessionSpec", "WorkerConfig", "EvaluationSpec", "Buffers",
+           "Request", "Idle", "Attach", "Drop", "ServeLink", "STEP",
+           "LOOKAHEAD"]
 
 
 # learner -> worker
@@ -133,6 +135,9 @@ class WorkerConfig(NamedTuple):
         The ``call_envs`` calls to apply before its first reset (set by
         the supervisor: every call published so far, see
         :mod:`._control`).
+    serve : ServeLink or None
+        A worker of a served rollout: its end of the pipe to the
+        inference server (:mod:`._server`), set by the supervisor.
     """
     spec: SessionSpec
     index: int
@@ -145,6 +150,7 @@ class WorkerConfig(NamedTuple):
     evaluation: Optional[EvaluationSpec]
     threads: int
     calls: tuple = ()
+    serve: Any = None
 
 
 class Buffers(NamedTuple):
@@ -155,3 +161,57 @@ class Buffers(NamedTuple):
     segment: Any
     spec: Any
     stride: int
+
+
+# worker <-> inference server (see ._server): indices only
+STEP, LOOKAHEAD = 0, 1
+
+
+class Request(NamedTuple):
+    """A worker asks the server for the actor's step on row ``row`` of
+    buffer ``buffer``, the columns of env group ``group``, with the
+    ``hx`` of that group's slot; ``seq`` is the fragment's ``meta.seq``;
+    ``kind`` is :data:`STEP` or :data:`LOOKAHEAD` (the virtual call of
+    row ``T``). The answer is the parameter version that acted (an int)."""
+    buffer: int
+    row: int
+    group: int
+    seq: int
+    kind: int = STEP
+
+
+class Idle(NamedTuple):
+    """A worker holds no buffer: it sends no request until its next
+    fragment (the server's lock-step does not wait for it)."""
+    seq: int
+
+
+# learner -> inference server
+class Attach(NamedTuple):
+    """Worker ``worker`` (generation ``generation``) started: the server's
+    end of its pipe follows on the server's pipe (a file descriptor)."""
+    worker: int
+    generation: int
+
+
+class Drop(NamedTuple):
+    """Worker ``worker`` was retired: drop its pipe and its requests."""
+    worker: int
+
+
+class ServeLink(NamedTuple):
+    """What a worker of a served rollout gets (made by keyword).
+
+    conn : Connection or None
+        Its end of the pipe to the server.
+    groups : int
+        Env groups: its ``n_envs`` columns in ``groups`` equal groups,
+        each stepped while the server computes the other's actions.
+    hx : Buffers or None
+        The ``hx`` slots (``None``: the actor keeps no ``hx``): slot
+        ``2 * (worker * groups + group)`` is the group's ``hx`` in, the
+        next one its ``hx`` out, each laid out for one group's columns.
+    """
+    conn: Any
+    groups: int
+    hx: Any = None

@@ -57,6 +57,7 @@ from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord,
                         set_cpu_affinity)
 from ..video import video_path, write_video
 from ._control import CallEnvs, WorkerCalls
+from ._grouped import GroupedEnvs, serve_groups
 from ._messages import (STOP, Buffers, Bye, Evaluate, Failed, Give, Ready,
                         Result, SessionSpec, WorkerConfig)
 
@@ -139,9 +140,12 @@ class Session:
         self.device = None if spec.actor_device is None \
             else spec.actor_device[index]
         self.policy = None
+        self.groups = None
 
-    def start(self, threads=1, in_process=False):
-        """Rebuild the factory and the actor and make the envs.
+    def start(self, threads=1, in_process=False, groups=None):
+        """Rebuild the factory and the actor and make the envs: one batch,
+        or (a served worker) ``groups`` equal groups of columns, each a
+        batch of its own (:class:`~._grouped.GroupedEnvs`).
 
         A worker (``in_process=False``) also seeds its process's global
         generators from its collector's sequence, runs ``threads`` torch
@@ -163,7 +167,15 @@ class Session:
         self.seeds = env_seed_sequences(spec.entropy, spec.n_envs,
                                         self.collector, self.generation)
         self.stage = "the factory"
-        self.envs = make_batch(factory, self.seeds)
+        self.groups = groups
+        if groups is None:
+            self.envs = make_batch(factory, self.seeds)
+        else:
+            size = spec.n_envs // groups
+            self.envs = GroupedEnvs([])
+            for g in range(groups):
+                self.envs.batches.append(make_batch(
+                    factory, self.seeds[g * size:(g + 1) * size]))
         self.stage = "start-up"
 
     def begin(self, buffer):
@@ -333,6 +345,10 @@ def main(conn, config, pdeathsig=True):
         # Gymnasium's classic-control envs) needs no display then
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
+        if config.serve is not None:  # a served worker steps envs only
+            session.start(config.threads, groups=config.serve.groups)
+            serve_groups(link, session, config)
+            return
         session.start(config.threads)
         if config.evaluation is None:
             _serve_fragments(link, session, config)

@@ -149,10 +149,16 @@ class Supervisor(RestartPolicy):
         for wk in self.workers:
             self._start(wk)
 
-    def _start(self, wk):
+    def _config(self, wk):
+        """Worker ``wk``'s start bundle: the protocol's, with the calls
+        published so far."""
         config = self.protocol.config(wk.index, wk.generation)
         if self.mail is not None:
             config = config._replace(calls=self.mail.start(wk.index))
+        return config
+
+    def _start(self, wk):
+        config = self._config(wk)
         conn, child = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
             target=main, args=(child, config, self._pdeathsig),
