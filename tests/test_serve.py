@@ -215,6 +215,20 @@ def test_equal_to_per_worker_fragments(groups, deadline):
     assert 0 < stats["time_serve_forward"] <= stats["time_serve_busy"]
 
 
+@pytest.mark.parametrize("publish", ["next", "manual"])
+def test_served_with_prefetch_equals_per_worker_fragments(publish):
+    """A served pool with a batch prepared ahead (``prefetch=1``) gives the
+    same fragments: the thread of the learner waits on the server's
+    supervisor as on the workers'."""
+    feed = served(groups=2, prefetch=1, publish=publish,
+                  start_method="fork")
+    with closing(feed):
+        check_against_reference(feed, 6)
+        if publish == "manual":
+            assert feed.publish() == 1
+        assert feed.stats["served_calls"] > 0
+
+
 class LayeredActor(CountingActor):
     """:class:`CountingActor` with ``hx`` of two leaves laid out as an
     LSTM's, ``(layers, B, 2)``: the env axis second (``hx_dim = 1``)."""
