@@ -126,13 +126,15 @@ def puffer_loop(backend, factory, actor, n_steps, n_envs=N_ENVS,
 
 
 class _Watch:
-    """Bounds this process's waits on PufferLib's worker processes.
+    """Makes the death of a PufferLib worker process an error, not a hang.
 
     ``Multiprocessing.recv`` polls the workers' flags until they say done,
     with no bound: a worker that died would leave it polling forever. A
     thread waits here on the workers' sentinels; once one has ended, it
     sets every flag to done again and again, so that ``recv`` returns, and
-    :meth:`checked` raises ``RuntimeError`` with the exit code. ``close``
+    :meth:`checked` raises ``RuntimeError`` with the exit code. (A worker
+    that lives but never answers still stalls ``recv``: the envs here
+    cannot, and PufferLib's loop gives no hook to time it out.) ``close``
     closes the vector env, then joins its workers (it terminates them and
     does not wait), each wait bounded. Nothing to watch for ``Serial``."""
 
