@@ -4,7 +4,8 @@
 # extra alone (tqdm); `make test` installs every extra the suite and the
 # benchmarks use (Ray, EnvPool, Minari, PettingZoo, TorchRL, SB3, ALE,
 # MuJoCo, JAX and gymnax, Jupyter, TensorBoard, MkDocs, build and
-# twine...: a few GB);
+# twine..., then PufferLib's vector envs without their dependencies: a
+# few GB);
 # `make docs` the docs extra (MkDocs and its plugins), then builds the
 # documentation into site/; `make dist` the release extra (build, twine),
 # then builds the sdist and the wheel of a release into dist/ and checks
@@ -27,10 +28,24 @@ EXTRAS_demo := demo
 EXTRAS_test := test,notebooks,demo,tensorboard,release,cluster,envpool,minari,video,bench,atari,mujoco,jax,pettingzoo,torch-envs,docs
 EXTRAS_release := release
 EXTRAS_docs := docs
+# and what a stamp installs after them without their dependencies:
+# pufferlib-core, whose vector envs are peer rows of
+# benchmarks/throughput.py, asks for torch==2.9.0 (and CUDA's libraries,
+# for an extension the rows do not load), not the CPU build that
+# constraints.txt pins; what its vector envs import (numpy, gymnasium,
+# psutil) is in the bench extra. Pinned, as the dependencies it does not
+# get are not checked: the rows drive its API (make, async_reset, send,
+# recv) and a later version may change it or import more. Wheels only
+# (its sdist builds the CUDA extension); where none fits this Python, the
+# rows say that PufferLib is missing.
+NODEPS_test := pufferlib-core==3.0.23
 
 $(VENV)/.installed-%: $(SETUP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS_$*)]'
+	$(if $(NODEPS_$*),$(BIN)/python -m pip install -q --no-deps \
+		--only-binary :all: '$(NODEPS_$*)' || echo '$(NODEPS_$*) \
+		not installed (no wheel for this Python?): its rows say so')
 	touch $@
 
 demo: $(DEMO_STAMP)

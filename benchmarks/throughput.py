@@ -30,6 +30,7 @@ import rlplay
 from analysis import analyse, print_table
 from harness import (Row, alternated, measure, print_json, timed,
                      timed_in_processes, warm_workers)
+from peers import PUFFER_WORKERS, run_puffer, run_sb3_vec
 from profiling import profile, profile_costs, run_profile
 from real_workloads import REAL_WORKLOADS, real_rows
 from rlplay.engine import PolicyActor
@@ -215,6 +216,18 @@ def rows(env_name, profile_rows=False):
         row("AsyncVectorEnv",
             lambda s: run_vector(AsyncVectorEnv, factory, actor, n_steps, s),
             "async"),
+        # the peers' vector envs over the same envs, the actor in this
+        # process, into the hand loop's arrays (peers.py): SB3's (a
+        # process an env), PufferLib's in this process and in one worker
+        # process of 8 envs (its worker and this process spin-wait, a core
+        # each: one worker is what two cores hold beside this process)
+        row("sb3.SubprocVecEnv",
+            lambda s: run_sb3_vec(factory, actor, n_steps, s), "async"),
+        row(f"pufferlib.serial.{N_ENVS}", lambda s: run_puffer(
+            "Serial", factory, actor, n_steps, s), f"1x{N_ENVS}"),
+        row(f"pufferlib.multiprocessing.{PUFFER_WORKERS}x{N_ENVS}",
+            lambda s: run_puffer("Multiprocessing", factory, actor, n_steps,
+                                 s), f"1x{N_ENVS}"),
         # multi.rollout's layout, the workers being Ray actors
         row("cluster.rollout", lambda s: gen(
             cluster_module(), N_ACTORS, n_per_actor, 2 * N_ACTORS,

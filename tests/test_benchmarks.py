@@ -205,6 +205,122 @@ def test_the_layout_ceiling_loop_writes_what_same_rollout_delivers(
         assert n_ends >= 4  # a test that sees episodes end
 
 
+def test_throughput_prints_the_peers_vector_env_rows():
+    """SB3's ``SubprocVecEnv`` (CartPole) and PufferLib's ``Serial`` and
+    ``Multiprocessing`` (one worker process of 8 envs; CartPole and the
+    busy env) as rows of their sections, each with its rounds, spread and
+    ceiling; where pufferlib-core is not installed, its rows say so."""
+    rows = json_rows(run("throughput.py", "--json", "--duration", "0.05",
+                         "--warmup", "0.05", "--rounds", "2", "--only",
+                         "cartpole/sb3,cartpole/pufferlib,busy/pufferlib"))
+    peers = {name: row for name, row in rows.items() if row["kind"] == "row"}
+    ceilings = {"cartpole/sb3.SubprocVecEnv": "async"} | {
+        f"{section}/pufferlib.{backend}": "1x8"
+        for section in ("cartpole", "busy")
+        for backend in ("serial.8", "multiprocessing.1x8")}
+    assert sorted(peers) == sorted(ceilings)
+    missing = {"sb3": importlib.util.find_spec("stable_baselines3") is None,
+               "pufferlib": importlib.util.find_spec("pufferlib") is None}
+    for name, row in peers.items():
+        peer = name.split("/")[1].split(".")[0]
+        if missing[peer]:
+            assert row["skipped"].startswith(
+                "PufferLib is not installed" if peer == "pufferlib" else
+                "Stable-Baselines3 is not installed"), row
+            continue
+        assert len(row["rounds"]) == 2, row
+        assert row["min"] <= row["steps_per_s"] <= row["max"]
+        assert row["ceiling"] == ceilings[name] and row["pct_ceiling"] > 0
+
+
+@pytest.mark.parametrize("backend", ["Serial", "Multiprocessing"])
+def test_the_pufferlib_loop_collects_what_a_next_step_vector_env_gives(
+        monkeypatch, backend):
+    """The PufferLib rows' loop writes, fragment after fragment, what the
+    same greedy actor gets from Gymnasium's ``SyncVectorEnv`` with
+    next-step autoreset over the same envs reset with the same seeds
+    (PufferLib resets an env on the step after its episode ended, as that
+    one does): observations, actions, rewards and done flags, episode ends
+    among them; ``Multiprocessing`` from its worker's shared memory."""
+    pytest.importorskip("pufferlib.vector",
+                        reason="needs pufferlib-core (make test)")
+    import torch
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    with benchmark_modules(monkeypatch) as load:
+        workloads, peers = load("workloads"), load("peers")
+
+        class Greedy(workloads.MLPActor):
+            def sample(self, obs):
+                return self.mlp(obs).argmax(-1)
+
+        torch.manual_seed(0)
+        actor, T, B = Greedy(), 24, 6
+        fragment, close = peers.puffer_loop(
+            backend, workloads.make_cartpole, actor, T, B)
+        got = fragment.arrays
+        venv = SyncVectorEnv([workloads.make_cartpole] * B,
+                             autoreset_mode=AutoresetMode.NEXT_STEP)
+        try:
+            obs, _ = venv.reset(seed=0)
+            n_ends = 0
+            for _ in range(4):
+                assert np.array_equal(got.obs[0], obs)
+                with torch.no_grad():
+                    fragment()
+                    for t in range(T):
+                        act = actor.sample(torch.from_numpy(obs)).numpy()
+                        obs, rew, terminated, truncated, _ = venv.step(act)
+                        assert np.array_equal(got.act[t], act), t
+                        assert np.array_equal(got.obs[t + 1], obs), t
+                        assert np.array_equal(got.rew[t], rew), t
+                        assert np.array_equal(got.done[t],
+                                              terminated | truncated), t
+                n_ends += int(got.done.sum())
+        finally:
+            venv.close()
+            close()
+        assert n_ends >= 4  # a test that sees episodes end
+
+
+def test_a_dead_pufferlib_worker_is_an_error_not_a_hang(monkeypatch):
+    """PufferLib's ``Multiprocessing`` waits on its worker without a
+    bound; the rows' loop watches the worker: one that exits is a
+    ``RuntimeError`` with its exit code, and closing leaves no process
+    behind (the suite's fixture checks)."""
+    pytest.importorskip("pufferlib.vector",
+                        reason="needs pufferlib-core (make test)")
+    import gymnasium
+    import torch
+
+    class ExitsOnStep(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(-1.0, 1.0, (4,),
+                                                 np.float32)
+        action_space = gymnasium.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros(4, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            if self.t == 3:  # in the worker process
+                os._exit(3)
+            return np.zeros(4, np.float32), 1.0, False, False, {}
+
+    with benchmark_modules(monkeypatch) as load:
+        workloads, peers = load("workloads"), load("peers")
+        fragment, close = peers.puffer_loop(
+            "Multiprocessing", ExitsOnStep, workloads.MLPActor(), 8, 2)
+        try:
+            with torch.no_grad(), pytest.raises(RuntimeError,
+                                                match="exit code 3"):
+                fragment()
+        finally:
+            close()
+
+
 def test_alternated_sums_each_loop_over_its_own_calls(monkeypatch):
     """Two loops on a clock of their own, one taking 1/64 s a call and the
     other 3/64 s (exact in binary): each is timed over its own calls only,

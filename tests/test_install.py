@@ -3,6 +3,7 @@ dry runs (``make -n``: nothing is installed), and the extras of
 setup.cfg."""
 import configparser
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,9 +53,30 @@ def test_make_test_after_make_demo_installs_the_rest(tmp_path):
     (venv / ".installed-demo").touch()  # make demo has run
     assert _installs("demo", venv) == []
     installs = _installs("test", venv)
-    assert len(installs) == 1, installs
+    # every extra, then what goes without its dependencies (below)
+    assert len(installs) == 2, installs
     asked = installs[0].rsplit("[", 1)[1].split("]")[0].split(",")
     assert sorted(asked) == sorted(_extras()), asked
+
+
+def test_make_test_installs_pufferlib_pinned_without_its_dependencies(
+        tmp_path):
+    """After the extras, ``make test`` installs pufferlib-core (PufferLib's
+    vector envs, peer rows of benchmarks/throughput.py) from a wheel
+    without its dependencies (its wheel pins another torch than the CPU
+    build of constraints.txt), pinned to one version, since what it
+    imports is not checked by pip; what its vector envs import beside
+    numpy and gymnasium, psutil, is in the bench extra. A Python without
+    its wheel goes on without it (its rows say so)."""
+    installs = _installs("test", tmp_path / "venv")
+    assert len(installs) == 2, installs
+    command, _, fallback = installs[1].partition(" || ")
+    words = shlex.split(command)
+    assert "--no-deps" in words
+    assert re.fullmatch(r"pufferlib-core==\d+(\.\d+)+", words[-1]), words
+    assert words[words.index("--only-binary") + 1] == ":all:"
+    assert fallback.startswith("echo "), installs[1]
+    assert "psutil" in {_name(req) for req in _extras()["bench"]}
 
 
 def test_make_docs_installs_the_docs_extra_and_builds_strictly(tmp_path):
