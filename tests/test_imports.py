@@ -59,20 +59,25 @@ def test_the_set_up_depends_on_no_supervisor():
 def test_every_generator_is_composed_not_inherited():
     """Each public generator class is its own class, one shared base (the
     states, :class:`rlplay.engine.rollout._states.Lifecycle`) and
-    ``object``: its parts are attributes, not bases."""
+    ``object``, the generators of a pool with one more between them that
+    hands every call to their pool part
+    (:class:`rlplay.engine.rollout._gather.Pooled`): their parts are
+    attributes, not bases."""
     from rlplay.engine.rollout import Evaluator, multi, same, single
-    classes = [same.Rollout, single.Rollout, multi.Rollout, Evaluator]
+    lifecycle = [("rlplay.engine.rollout._states", "Lifecycle"),
+                 ("builtins", "object")]
+    pooled = [("rlplay.engine.rollout._gather", "Pooled")] + lifecycle
     # cluster's module imports Ray only when it is used: read its classes
     # from the source, as the contract does
     cluster = ast.parse((PACKAGE / "engine" / "rollout" / "cluster.py")
                         .read_text())
     bases = {node.name: [ast.unparse(base) for base in node.bases]
              for node in cluster.body if isinstance(node, ast.ClassDef)}
-    assert bases["Rollout"] == ["Lifecycle"]
-    for cls in classes:
-        assert [(c.__module__, c.__name__) for c in cls.__mro__[1:]] == [
-            ("rlplay.engine.rollout._states", "Lifecycle"),
-            ("builtins", "object")], cls.__mro__
+    assert bases["Rollout"] == ["Pooled"]
+    for cls, mro in [(same.Rollout, lifecycle), (single.Rollout, lifecycle),
+                     (Evaluator, lifecycle), (multi.Rollout, pooled)]:
+        assert [(c.__module__, c.__name__)
+                for c in cls.__mro__[1:]] == mro, cls.__mro__
 
 
 def test_every_module_has_a_layer():

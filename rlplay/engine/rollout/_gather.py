@@ -53,11 +53,13 @@ import time
 from ..errors import RolloutTimeout
 from ..workers import Collation, check_hx_dim
 from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
-                    Deadline, Delivery, SetUp)
-from ._prefetch import Prefetch, Prepared, check_prefetch, check_publish
+                    Deadline, Delivery, Lifecycle, SetUp, Status)
+from ._calls import call_envs
+from ._prefetch import (Prefetch, Prepared, check_prefetch, check_publish,
+                        publish)
 from ._supervised import Supervision
 
-__all__ = ["Gather", "check_pool"]
+__all__ = ["Gather", "Pooled", "check_pool"]
 
 
 def check_pool(n_buffers, n_per_batch, n_actors):
@@ -295,3 +297,75 @@ class Gather:
         workers and what they share."""
         self.prefetch.stop()
         self.supervision.close(graceful, self.stats)
+
+
+class Pooled(Lifecycle):
+    """What the generators of a pool (``multi``, ``cluster``) share: each
+    makes its :class:`Gather` part with its fleet and hands it to
+    :meth:`_adopt`; every call goes to that part.
+    """
+
+    def _adopt(self, gather):
+        self._gather = gather
+        self._setup, self._supervision = gather.setup, gather.supervision
+        self.actor, self.hx_dim = gather.actor, gather.hx_dim
+        self.delivery, self.device = gather.delivery, gather.delivery.device
+        self.timeout = gather.supervision.timeout
+        self.start_timeout = gather.supervision.start_timeout
+        self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
+        self.stats = gather.stats
+        self._prefetch = gather.prefetch
+
+    call_envs = call_envs
+    publish = publish
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._guarded(self._gather.next, stop=StopIteration)
+
+    def poll(self, timeout=0.0):
+        """The number of fragments ready for the next batch, waiting up to
+        ``timeout`` seconds for one if there is none.
+
+        Raises the worker errors that :meth:`__next__` would.
+        """
+        if self.status is Status.CLOSED:
+            return 0
+        return self._guarded(self._gather.poll, timeout)
+
+    def state_dict(self):
+        """What rlplay owns of this run, for ``resume=`` (see
+        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
+        docs): the seeding tree's place, each worker's next
+        ``meta.seq`` (after its last fragment yielded) and generation, the
+        counters and the parameter version (the publications so far). A
+        batch prepared ahead (``prefetch``) and not yet yielded is not
+        counted: the continuation collects its ``meta.seq`` again. Valid
+        in any state (after ``close()`` too)."""
+        return self._gather.state_dict()
+
+    @property
+    def version(self):
+        """The parameter version at the last ``next()`` (published by it,
+        with ``publish="next"``)."""
+        return self.stats["version"]
+
+    @property
+    def params(self):
+        """The published parameters: ``multi``'s shared copy, ``cluster``'s
+        object in Ray's store (``None`` once closed)."""
+        return self._supervision.params
+
+    @property
+    def pids(self):
+        """The pid of each worker (of its latest generation)."""
+        return self._supervision.pids
+
+    @property
+    def pid(self):
+        return self._supervision.pids[0]
+
+    def _close(self, graceful):
+        self._gather.close(graceful)

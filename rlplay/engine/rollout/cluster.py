@@ -114,10 +114,8 @@ from ..pool import layout
 from ..workers import (WORKER_THREADS, Arrival, Buffers, Collation,
                        RayParams, ReadyQueue, RemoteSupervisor, WorkerConfig,
                        join, new_account, ray_options)
-from ._base import Lifecycle, PoolKeywords, Stats, Status, Unpack, spell_out
-from ._calls import call_envs
-from ._prefetch import publish
-from ._gather import Gather
+from ._base import PoolKeywords, Stats, Unpack, spell_out
+from ._gather import Gather, Pooled
 
 try:
     import ray
@@ -316,7 +314,7 @@ class RayActors:
         supervision.supervise(lambda: requests.supervisor)
 
 
-class Rollout(Lifecycle):
+class Rollout(Pooled):
     """The generator that :func:`rollout` returns (documented there): its
     parts are those of :class:`~.multi.Rollout`, ``_gather`` (a
     :class:`~._gather.Gather`) of :class:`RayActors`."""
@@ -329,75 +327,14 @@ class Rollout(Lifecycle):
                               "'path/to/rlplay[cluster]' (rlplay's clone "
                               "with its cluster extra), or pip install "
                               "'ray>=2.40'")
-        self._gather = gather = Gather(
+        self._adopt(Gather(
             "cluster", RayActors(ray_options(actor_options), address), self,
             factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
-            n_per_batch, **kwargs)
-        self._setup, self._supervision = gather.setup, gather.supervision
-        self.actor, self.hx_dim = gather.actor, gather.hx_dim
-        self.delivery, self.device = gather.delivery, gather.delivery.device
-        self.timeout = gather.supervision.timeout
-        self.start_timeout = gather.supervision.start_timeout
-        self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
-        self.stats = gather.stats
-        self._prefetch = gather.prefetch
-
-    call_envs = call_envs
-    publish = publish
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self._guarded(self._gather.next, stop=StopIteration)
-
-    def poll(self, timeout=0.0):
-        """The number of fragments ready for the next batch, waiting up to
-        ``timeout`` seconds for one if there is none.
-
-        Raises the worker errors that :meth:`__next__` would.
-        """
-        if self.status is Status.CLOSED:
-            return 0
-        return self._guarded(self._gather.poll, timeout)
-
-    def state_dict(self):
-        """What rlplay owns of this run, for ``resume=`` (see
-        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
-        docs): the seeding tree's place, each worker's next
-        ``meta.seq`` (after its last fragment yielded) and generation, the
-        counters and the parameter version (the publications so far). A
-        batch prepared ahead (``prefetch``) and not yet yielded is not
-        counted: the continuation collects its ``meta.seq`` again. Valid
-        in any state (after ``close()`` too)."""
-        return self._gather.state_dict()
-
-    @property
-    def version(self):
-        """The parameter version at the last ``next()`` (published by it,
-        with ``publish="next"``)."""
-        return self.stats["version"]
-
-    @property
-    def params(self):
-        """The published parameters (``None`` once closed)."""
-        return self._supervision.params
-
-    @property
-    def pids(self):
-        """The pid of each worker (of its latest generation)."""
-        return self._supervision.pids
-
-    @property
-    def pid(self):
-        return self._supervision.pids[0]
+            n_per_batch, **kwargs))
 
     @property
     def nodes(self):
         return self._supervision.supervisor.nodes
-
-    def _close(self, graceful):
-        self._gather.close(graceful)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,

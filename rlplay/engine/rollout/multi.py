@@ -142,10 +142,8 @@ is unmapped and the shared parameters dropped.
 from ..devices import worker_devices
 from ..utils.mp import get_context
 from ..workers import SharedBuffers
-from ._base import Lifecycle, PoolKeywords, Status, Unpack, spell_out
-from ._calls import call_envs
-from ._prefetch import publish
-from ._gather import Gather
+from ._base import PoolKeywords, Unpack, spell_out
+from ._gather import Gather, Pooled
 from ._served import Served, check_serving
 
 __all__ = ["rollout", "Rollout", "Processes"]
@@ -182,7 +180,7 @@ class Processes:
             name="rlplay-multi")
 
 
-class Rollout(Lifecycle):
+class Rollout(Pooled):
     """The generator that :func:`rollout` returns (documented there): its
     parts are the learner's side of the pool, ``_gather`` (a
     :class:`~._gather.Gather` of :class:`Processes`), and what that holds
@@ -195,76 +193,14 @@ class Rollout(Lifecycle):
         fleet = Processes(start_method)
         if serve:
             fleet = Served(fleet, groups, deadline)
-        self._gather = gather = Gather(
+        self._adopt(Gather(
             "multi", fleet, self, factory, actor, n_steps, n_actors,
-            n_per_actor, n_buffers, n_per_batch, **kwargs)
-        self._setup, self._supervision = gather.setup, gather.supervision
-        self.actor, self.hx_dim = gather.actor, gather.hx_dim
-        self.delivery, self.device = gather.delivery, gather.delivery.device
-        self.timeout = gather.supervision.timeout
-        self.start_timeout = gather.supervision.start_timeout
-        self.max_lag, self.n_per_batch = gather.max_lag, gather.n_per_batch
-        self.stats = gather.stats
-        self._prefetch = gather.prefetch
-
-    call_envs = call_envs
-    publish = publish
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self._guarded(self._gather.next, stop=StopIteration)
-
-    def poll(self, timeout=0.0):
-        """The number of fragments ready for the next batch, waiting up to
-        ``timeout`` seconds for one if there is none.
-
-        Raises the worker errors that :meth:`__next__` would.
-        """
-        if self.status is Status.CLOSED:
-            return 0
-        return self._guarded(self._gather.poll, timeout)
-
-    def state_dict(self):
-        """What rlplay owns of this run, for ``resume=`` (see
-        ``resume`` in :mod:`rlplay.engine.rollout`, and "Long runs" in the
-        docs): the seeding tree's place, each worker's next
-        ``meta.seq`` (after its last fragment yielded) and generation, the
-        counters and the parameter version (the publications so far). A
-        batch prepared ahead (``prefetch``) and not yet yielded is not
-        counted: the continuation collects its ``meta.seq`` again. Valid
-        in any state (after ``close()`` too)."""
-        return self._gather.state_dict()
-
-    @property
-    def version(self):
-        """The parameter version at the last ``next()`` (published by it,
-        with ``publish="next"``)."""
-        return self.stats["version"]
-
-    @property
-    def params(self):
-        """The shared copy of the actor's parameters (``None`` once
-        closed)."""
-        return self._supervision.params
-
-    @property
-    def pids(self):
-        """The pid of each worker (of its latest generation)."""
-        return self._supervision.pids
+            n_per_actor, n_buffers, n_per_batch, **kwargs))
 
     @property
     def process(self):
         """Worker 0's process object (``None`` between generations)."""
         return self._supervision.process
-
-    @property
-    def pid(self):
-        return self._supervision.pids[0]
-
-    def _close(self, graceful):
-        self._gather.close(graceful)
 
 
 def rollout(factory, actor, n_steps, n_actors, n_per_actor, n_buffers,
