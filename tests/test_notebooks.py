@@ -63,7 +63,8 @@ PUBLIC_MODULES = {
 # modules; rlplay[video] installs `pygame` as pygame-ce): skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
          "09_long_runs": "pygame", "11_many_agents": ("mpe2", "pymunk"),
-         "12_pixels_and_physics": ("ale_py", "cv2", "mujoco")}
+         "12_pixels_and_physics": ("ale_py", "cv2", "mujoco"),
+         "13_asynchronous_learning": "mujoco"}
 
 
 # the checks of a notebook's result: ``full`` when it comes from a full
@@ -184,6 +185,46 @@ def _check_pixels_and_physics(result, full):
             name, run)
 
 
+def _check_asynchronous_learning(result, full):
+    # synchronous PPO (same.rollout, every batch of lag 0) and APPO
+    # (multi.rollout, one worker running ahead: lags up to max_lag), on the
+    # same budget of env steps, one fragment per batch
+    assert sorted(result) == ["appo", "batch", "max_lag", "quick", "sync"], (
+        result)
+    for name in ("sync", "appo"):
+        run = result[name]
+        assert run["env_steps"] == run["batches"] * result["batch"], (name, run)
+        if not full:  # a couple of batches
+            assert run["batches"] == 2, (name, run)
+        assert run["losses_finite"] and run["returns_finite"], (name, run)
+        assert run["startup"] + run["wait"] + run["train"] <= run["wall"], (
+            name, run)
+        for share in ("wait_share", "worker_wait_share", "worker_idle_share"):
+            assert 0 <= run[share] <= 1, (name, share, run)
+        # the lag histogram: every batch trained on, none staler than
+        # max_lag (those are dropped)
+        lags = {int(lag): count for lag, count in run["lags"].items()}
+        assert sum(lags.values()) == run["batches"], (name, run)
+        assert 0 <= min(lags) and max(lags) <= result["max_lag"], (name, run)
+    assert result["sync"]["lags"] == {"0": result["sync"]["batches"]}, result
+    assert result["sync"]["dropped"] == 0, result
+    assert result["appo"]["env_steps"] == result["sync"]["env_steps"], result
+    if not full:
+        return
+    # the worker ran ahead: most batches were collected by parameters older
+    # than those trained; and the learner waited for data a smaller share
+    # of its time than the synchronous one, which waits for every collection
+    appo = result["appo"]
+    behind = sum(count for lag, count in appo["lags"].items() if lag != "0")
+    assert 2 * behind >= appo["batches"], result
+    assert appo["wait_share"] < result["sync"]["wait_share"] / 2, result
+    for name in ("sync", "appo"):
+        run = result[name]
+        assert run["return_last"] >= run["return_first"] + 300, (
+            f"{name}: the mean return went from {run['return_first']:.1f} to "
+            f"{run['return_last']:.1f}: it did not clearly rise")
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -197,6 +238,7 @@ CHECKS = {
     "10_curriculum": _check_curriculum,
     "11_many_agents": _check_many_agents,
     "12_pixels_and_physics": _check_pixels_and_physics,
+    "13_asynchronous_learning": _check_asynchronous_learning,
 }
 
 
