@@ -186,14 +186,17 @@ def _check_pixels_and_physics(result, full):
 
 
 def _check_asynchronous_learning(result, full):
-    # synchronous PPO (same.rollout, every batch of lag 0) and APPO
-    # (multi.rollout, one worker running ahead: lags up to max_lag), on the
-    # same budget of env steps, one fragment per batch
-    assert sorted(result) == ["appo", "batch", "max_lag", "quick", "sync"], (
-        result)
-    for name in ("sync", "appo"):
+    # synchronous PPO (same.rollout, every batch of lag 0) and APPO twice
+    # (multi.rollout, one worker running ahead: one shared buffer, lags up to
+    # 1; three, lags up to 3), on the same budget of env steps, one fragment
+    # per batch
+    runs = ("sync", "appo_lag1", "appo_lag3")
+    assert sorted(result) == sorted(["batch", "quick", *runs]), result
+    assert [result[name]["max_lag"] for name in runs] == [0, 1, 3], result
+    for name in runs:
         run = result[name]
         assert run["env_steps"] == run["batches"] * result["batch"], (name, run)
+        assert run["env_steps"] == result["sync"]["env_steps"], (name, result)
         if not full:  # a couple of batches
             assert run["batches"] == 2, (name, run)
         assert run["losses_finite"] and run["returns_finite"], (name, run)
@@ -201,28 +204,34 @@ def _check_asynchronous_learning(result, full):
             name, run)
         for share in ("wait_share", "worker_wait_share", "worker_idle_share"):
             assert 0 <= run[share] <= 1, (name, share, run)
-        # the lag histogram: every batch trained on, none staler than
+        # the lag histogram: every batch trained on, none staler than its
         # max_lag (those are dropped)
         lags = {int(lag): count for lag, count in run["lags"].items()}
         assert sum(lags.values()) == run["batches"], (name, run)
-        assert 0 <= min(lags) and max(lags) <= result["max_lag"], (name, run)
+        assert 0 <= min(lags) and max(lags) <= run["max_lag"], (name, run)
     assert result["sync"]["lags"] == {"0": result["sync"]["batches"]}, result
     assert result["sync"]["dropped"] == 0, result
-    assert result["appo"]["env_steps"] == result["sync"]["env_steps"], result
     if not full:
         return
     # the worker ran ahead: most batches were collected by parameters older
-    # than those trained; and the learner waited for data a smaller share
-    # of its time than the synchronous one, which waits for every collection
-    appo = result["appo"]
-    behind = sum(count for lag, count in appo["lags"].items() if lag != "0")
-    assert 2 * behind >= appo["batches"], result
-    assert appo["wait_share"] < result["sync"]["wait_share"] / 2, result
-    for name in ("sync", "appo"):
+    # than those trained, as old as the buffers allow; and the learner
+    # waited for data a smaller share of its time than the synchronous one,
+    # which waits for every collection
+    for name in ("appo_lag1", "appo_lag3"):
         run = result[name]
-        assert run["return_last"] >= run["return_first"] + 400, (
+        behind = run["lags"].get(str(run["max_lag"]), 0)
+        assert 2 * behind >= run["batches"], (name, run)
+        assert run["wait_share"] < result["sync"]["wait_share"] / 2, (
+            name, result)
+    # the rise of the mean return, first tenth of the episodes to the last,
+    # that each clearly exceeds: about half of what it reached in the full
+    # run committed (1082, 1059 and 802)
+    rises = {"sync": 500, "appo_lag1": 500, "appo_lag3": 400}
+    for name, rise in rises.items():
+        run = result[name]
+        assert run["return_last"] >= run["return_first"] + rise, (
             f"{name}: the mean return went from {run['return_first']:.1f} to "
-            f"{run['return_last']:.1f}: it did not clearly rise")
+            f"{run['return_last']:.1f}: it did not rise by {rise}")
 
 
 CHECKS = {
