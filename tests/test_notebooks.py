@@ -63,7 +63,8 @@ PUBLIC_MODULES = {
 # modules; rlplay[video] installs `pygame` as pygame-ce): skipped without it
 NEEDS = {"05_cluster": "ray", "07_episodes": "minari", "08_off_policy": "ray",
          "09_long_runs": "pygame", "11_many_agents": ("mpe2", "pymunk"),
-         "12_pixels_and_physics": ("ale_py", "cv2", "mujoco")}
+         "12_pixels_and_physics": ("ale_py", "cv2", "mujoco"),
+         "13_asynchronous_learning": "mujoco"}
 
 
 # the checks of a notebook's result: ``full`` when it comes from a full
@@ -184,6 +185,55 @@ def _check_pixels_and_physics(result, full):
             name, run)
 
 
+def _check_asynchronous_learning(result, full):
+    # synchronous PPO (same.rollout, every batch of lag 0) and APPO twice
+    # (multi.rollout, one worker running ahead: one shared buffer, lags up to
+    # 1; three, lags up to 3), on the same budget of env steps, one fragment
+    # per batch
+    runs = ("sync", "appo_lag1", "appo_lag3")
+    assert sorted(result) == sorted(["batch", "quick", *runs]), result
+    assert [result[name]["max_lag"] for name in runs] == [0, 1, 3], result
+    for name in runs:
+        run = result[name]
+        assert run["env_steps"] == run["batches"] * result["batch"], (name, run)
+        assert run["env_steps"] == result["sync"]["env_steps"], (name, result)
+        if not full:  # a couple of batches
+            assert run["batches"] == 2, (name, run)
+        assert run["losses_finite"] and run["returns_finite"], (name, run)
+        assert run["startup"] + run["wait"] + run["train"] <= run["wall"], (
+            name, run)
+        for share in ("wait_share", "worker_wait_share", "worker_idle_share"):
+            assert 0 <= run[share] <= 1, (name, share, run)
+        # the lag histogram: every batch trained on, none staler than its
+        # max_lag (those are dropped)
+        lags = {int(lag): count for lag, count in run["lags"].items()}
+        assert sum(lags.values()) == run["batches"], (name, run)
+        assert 0 <= min(lags) and max(lags) <= run["max_lag"], (name, run)
+    assert result["sync"]["lags"] == {"0": result["sync"]["batches"]}, result
+    assert result["sync"]["dropped"] == 0, result
+    if not full:
+        return
+    # the worker ran ahead: most batches were collected by parameters older
+    # than those trained, as old as the buffers allow; and the learner
+    # waited for data a smaller share of its time than the synchronous one,
+    # which waits for every collection
+    for name in ("appo_lag1", "appo_lag3"):
+        run = result[name]
+        behind = run["lags"].get(str(run["max_lag"]), 0)
+        assert 2 * behind >= run["batches"], (name, run)
+        assert run["wait_share"] < result["sync"]["wait_share"] / 2, (
+            name, result)
+    # the rise of the mean return, first tenth of the episodes to the last,
+    # that each clearly exceeds: about half of what it reached in the full
+    # run committed (1082, 1059 and 802)
+    rises = {"sync": 500, "appo_lag1": 500, "appo_lag3": 400}
+    for name, rise in rises.items():
+        run = result[name]
+        assert run["return_last"] >= run["return_first"] + rise, (
+            f"{name}: the mean return went from {run['return_first']:.1f} to "
+            f"{run['return_last']:.1f}: it did not rise by {rise}")
+
+
 CHECKS = {
     "01_quickstart": _check_solved,
     "02_double_buffered_ppo": _check_solved,
@@ -197,6 +247,7 @@ CHECKS = {
     "10_curriculum": _check_curriculum,
     "11_many_agents": _check_many_agents,
     "12_pixels_and_physics": _check_pixels_and_physics,
+    "13_asynchronous_learning": _check_asynchronous_learning,
 }
 
 
