@@ -226,7 +226,11 @@ def rlplay_run(module, factory, actor, n_steps, *counts, n_workers=0):
         with closing(feed):
             batch = next(feed)
             steps = n_steps * batch.state.fin.shape[1]
-            pool = getattr(getattr(feed, "_source", None), "segment", None)
+            # the source of ready fragments: a part of the supervision (an
+            # attribute of the generator in older checkouts)
+            source = getattr(getattr(feed, "_supervision", None), "source",
+                             getattr(feed, "_source", None))
+            pool = getattr(source, "segment", None)
             shm = None if not n_workers else (
                 None if pool is None else pool.nbytes / n_workers)
             warm_workers(feed)
