@@ -213,6 +213,11 @@ def rows(env_name, profile_rows=False):
         row("multi.rollout.served.groups2",
             gen(multi, N_ACTORS, n_per_actor, 2 * N_ACTORS, N_ACTORS,
                 serve=True, groups=2), f"{n2}x{n_per_actor}"),
+        # one worker of the 8 envs and the server: PufferLib's
+        # Multiprocessing row's processes (its worker, the actor in the
+        # learner's process)
+        row(f"multi.rollout.served.1x{N_ENVS}",
+            gen(multi, 1, N_ENVS, 2, 1, serve=True), f"1x{N_ENVS}"),
         row("AsyncVectorEnv",
             lambda s: run_vector(AsyncVectorEnv, factory, actor, n_steps, s),
             "async"),

@@ -36,8 +36,8 @@ from envs import ENV_INFO, mixed_factory
 from generators import (CountingActor, RaisingActor, assert_fragments_equal,
                         gone, identities, slot, without_version)
 from reference import reference
-from rlplay.engine import (BaseActorModule, RolloutTimeout, WorkerDied,
-                           WorkerError)
+from rlplay.engine import (BaseActorModule, FeedForwardActor,
+                           RolloutTimeout, WorkerDied, WorkerError)
 from rlplay.engine.nested import getitem
 from rlplay.engine.rollout import multi
 from rlplay.engine.utils import get_context, preload_forkserver
@@ -123,13 +123,35 @@ def test_served_policy_names_rows_and_returns_their_views():
 
 
 def batching_server(groups, deadline):
+    """A server of two attached workers (generation 0) whose requests are
+    posted into its doorbells by :func:`post` (no processes)."""
+    import multiprocessing
+    from rlplay.engine.workers._doors import Doors
     from rlplay.engine.workers._server import (ServeOptions, ServerConfig,
                                                _Server)
     options = ServeOptions(groups=groups, deadline=deadline, device="cpu",
                            actor=None, entropy=None, hx=None, hx_dim=1)
-    return _Server(ServerConfig(options=options, buffers=None, hx=None,
-                                params=None, counters=None, n_workers=2),
-                   link=None)
+    doors = Doors.allocate(multiprocessing.get_context(), 2, groups)
+    server = _Server(ServerConfig(options=options, buffers=None, hx=None,
+                                  params=None, counters=None, n_workers=2,
+                                  doors=doors), link=None)
+    server.gen[:] = [0] * len(server.gen)
+    return server
+
+
+def post(server, w, g, buffer=0, row=0, seq=0, kind=None, generation=0):
+    """Worker ``w``'s group ``g`` asks (as a worker's channel does); the
+    server takes what was posted. The request's count."""
+    from rlplay.engine.workers._doors import (BUFFER, KIND, REQ, ROW, SEQ,
+                                              count_of)
+    from rlplay.engine.workers._messages import STEP
+    slot = server.doors.slot(w, g)
+    slot[BUFFER], slot[ROW], slot[SEQ] = buffer, row, seq
+    slot[KIND] = STEP if kind is None else kind
+    count = count_of(generation, (int(slot[REQ]) & 0xFFFFFFFF) + 1)
+    slot[REQ] = count
+    server._scan()
+    return count
 
 
 def due(server):
@@ -140,20 +162,20 @@ def test_lockstep_serves_the_groups_in_turn_once_every_worker_asked():
     """Lock-step (no processes): group 0, then 1, then 0..., each once
     every collecting worker asked for it; a worker that says it is idle
     is not waited for."""
-    from rlplay.engine.workers._messages import Idle, Request
+    from rlplay.engine.workers._doors import IDLE
     server = batching_server(2, None)
     server.collecting = {0, 1}
     for w in (0, 1):
-        server._pending(w, Request(w, 0, 1, 0))  # group 1 first
+        post(server, w, 1)  # group 1 first
     assert due(server) == []  # group 0's turn
-    server._pending(0, Request(0, 0, 0, 0))
+    post(server, 0, 0)
     assert due(server) == []  # worker 1's group 0 is missing
-    server._pending(1, Request(1, 0, 0, 0))
+    post(server, 1, 0)
     assert due(server) == [(0, 0), (1, 0)]
     assert due(server) == [(0, 1), (1, 1)]
     assert due(server) == []
-    server._read((1, 0), FakeConn([Idle(0)]))
-    server._pending(0, Request(2, 1, 0, 0))
+    post(server, 1, 0, kind=IDLE)
+    post(server, 0, 0, buffer=2, row=1)
     assert due(server) == [(0, 0)]
 
 
@@ -161,33 +183,101 @@ def test_deadline_serves_what_arrived_once_the_oldest_waited():
     """Deadline batching (no processes): a group at once when every
     collecting worker asked for it, else everything pending once the
     oldest request waited the deadline."""
-    from rlplay.engine.workers._messages import Request
     server = batching_server(2, 0.5)
     server.collecting = {0, 1}
-    server._pending(0, Request(0, 0, 1, 0))
+    post(server, 0, 1)
     assert due(server) == []
     assert 0 < server._timeout() <= 0.5
-    server._pending(1, Request(1, 0, 1, 0))
+    post(server, 1, 1)
     assert due(server) == [(0, 1), (1, 1)]  # complete: not waited for
-    server._pending(1, Request(1, 1, 0, 0))
-    server._pending(0, Request(0, 1, 1, 0))
+    post(server, 1, 0, buffer=1)
+    post(server, 0, 1, buffer=1)
     assert due(server) == []
-    request, _ = server.pending[0][1]
-    server.pending[0][1] = (request, time.monotonic() - 1.0)  # waited
+    request, _, count = server.pending[0][1]
+    server.pending[0][1] = (request, time.monotonic() - 1.0, count)
     assert due(server) == [(0, 1), (1, 0)]
 
 
-class FakeConn:
-    """The server's end of a worker's pipe, holding ``messages``."""
+def test_doorbells_take_each_request_once_of_the_attached_generation():
+    """A slot's request is taken once (a scan without a new count takes
+    nothing), with the fields written before its count; a count of
+    another generation than the one attached to the slot (a retired
+    worker's) is not taken; the answer is the request's count and the
+    version, and a worker that sleeps is rung on its pipe."""
+    import multiprocessing
+    from rlplay.engine.workers._doors import (ANS, SLEEPING, VERSION,
+                                              count_of)
+    server = batching_server(1, None)
+    server.collecting = {0, 1}
+    count = post(server, 0, 0, buffer=1, row=3, seq=7)
+    assert server._scan() == 0
+    request, _, taken = server.pending[0][0]
+    assert (request.buffer, request.row, request.seq, taken) == \
+        (1, 3, 7, count)
+    server.gen[1] = 4  # worker 1 was replaced by its generation 4
+    post(server, 1, 0, generation=3)
+    assert 1 not in server.pending[0]
+    fresh = post(server, 1, 0, generation=4)
+    assert fresh == count_of(4, 2) and 1 in server.pending[0]
+    ours, theirs = multiprocessing.Pipe()
+    server.conns[1, 0] = ours
+    server.doors.slot(1, 0)[SLEEPING] = 1
+    batch = [(w, g, r, 5) for w, g, r in server._due()]
+    server._answer(batch)
+    for w, answered in ((0, count), (1, fresh)):
+        slot = server.doors.slot(w, 0)
+        assert (slot[ANS], slot[VERSION]) == (answered, 5)
+    assert theirs.poll(0) and theirs.recv_bytes() == b"\x00"
+    assert not theirs.poll(0)  # worker 0 spun: no ring
+    ours.close()
+    theirs.close()
 
-    def __init__(self, messages):
-        self.messages = list(messages)
 
-    def poll(self):
-        return bool(self.messages)
+def test_a_channel_spins_then_sleeps_until_its_answer():
+    """A worker's channel: a request counted in its slot (the server
+    asleep is rung), its answer found by a spin, or after a sleep on the
+    pipe once the spin is spent (the slot's flag set while it sleeps);
+    a server gone (the pipe at EOF) is said."""
+    import multiprocessing
+    import threading
+    from rlplay.engine.workers._doors import (ANS, REQ, SLEEPING, VERSION,
+                                              Doors, count_of, ring)
+    from rlplay.engine.workers._grouped import ServerGone, _Channel
 
-    def recv(self):
-        return self.messages.pop(0)
+    class Link:
+        def check(self):
+            pass
+
+    doors = Doors.allocate(multiprocessing.get_context(), 1, 1)
+    ours, theirs = multiprocessing.Pipe()
+    channel = _Channel(ours, Link(), threading.Event(), doors, 0, 0, 2)
+    slot = doors.slot(0, 0)
+    doors.header[0] = 1  # the server sleeps: the request rings it
+    channel.ask(1, 2, 0, 3, False)
+    assert slot[REQ] == count_of(2, 1) and theirs.recv_bytes() == b"\x00"
+    doors.header[0] = 0
+    slot[VERSION], slot[ANS] = 6, slot[REQ]
+    assert channel.answer() == 6  # answered at once
+    channel.ask(1, 3, 0, 3, False)
+    seen = []
+
+    def serve():
+        while not slot[SLEEPING]:
+            time.sleep(1e-3)
+        seen.append(True)
+        slot[VERSION], slot[ANS] = 7, slot[REQ]
+        ring(theirs)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    assert channel.answer() == 7
+    thread.join()
+    assert seen and slot[SLEEPING] == 0
+    channel.ask(1, 4, 0, 3, False)
+    theirs.close()
+    with pytest.raises(ServerGone):
+        channel.answer()
+    ours.close()
 
 
 # ------------------------------------------------------------- exactness --
@@ -227,6 +317,63 @@ def test_served_with_prefetch_equals_per_worker_fragments(publish):
         if publish == "manual":
             assert feed.publish() == 1
         assert feed.stats["served_calls"] > 0
+
+
+class CountingFeedForward(FeedForwardActor):
+    """:class:`CountingActor` without ``hx``, stepped by its ``act`` (the
+    server calls it on the rows as they are: a
+    :class:`~rlplay.engine.policy.FeedForwardPolicy`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.5))
+
+    def act(self, obs):
+        x = obs[..., 0]
+        return x.long() % 5, {"value": x * self.w}
+
+
+@pytest.mark.parametrize("n_actors", [1, 2], ids=["one-worker", "two"])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_feed_forward_equal_to_per_worker_fragments(n_actors, groups):
+    """A feed-forward actor's served fragments equal the reference: one
+    worker's group alone in a call (its outputs copied as they are), and
+    two workers' groups in one call (split along the env axis)."""
+    feed = served(n_actors=n_actors, n_per_batch=n_actors,
+                  actor=CountingFeedForward(), groups=groups,
+                  start_method="fork")
+    refs = [reference(mixed_factory, CountingFeedForward(), T, B, 99,
+                      worker=w, count=12, env_info=ENV_INFO)
+            for w in range(n_actors)]
+    with closing(feed):
+        for batch in itertools.islice(feed, 5):
+            for s, (worker, seq) in enumerate(
+                    identities(batch, n_actors, B)):
+                assert_fragments_equal(
+                    without_version(slot(batch, s, B, hx_dim=1)),
+                    without_version(refs[worker][seq]))
+
+
+def test_a_fragment_joins_the_running_version_under_no_max_lag():
+    """Without ``max_lag`` (``share``), a fragment that starts while
+    another collecting worker's fragment runs with the version before the
+    latest takes that version (one call a round); with ``max_lag``, or
+    when the running version is older still, it takes the latest."""
+    from rlplay.engine.workers._messages import Request
+    for share, latest, running, expected in [
+            (True, 7, 6, 6), (True, 7, 7, 7), (True, 8, 6, 8),
+            (False, 7, 6, 7)]:
+        server = batching_server(1, None)
+        server.options = server.options._replace(share=share)
+        server._latest = lambda latest=latest: latest
+        server.collecting = {0, 1}
+        server.pins = {1: (3, running)}
+        batch = [(0, 0, Request(0, 0, 0, 5))]
+        assert server._pinned(batch)[0][3] == expected
+        assert server.pins[0] == (5, expected)
+        # the running fragment's next request keeps its pin
+        assert server._pinned([(1, 0, Request(1, 2, 0, 3))])[0][3] \
+            == running
 
 
 class LayeredActor(CountingActor):

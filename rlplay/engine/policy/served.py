@@ -8,8 +8,9 @@ and its index, found from the row's address) to the server through a
 *channel*, ``wait()`` returns the server's answer, which it wrote into the
 rows themselves: the action into row ``t + 1``'s ``act``, the ``info``
 into row ``t``'s, ``hx_next`` into the out slot of ``hx``. Nothing but
-indices crosses the channel (:mod:`rlplay.engine.workers._server` is its
-other end, and says what a channel offers).
+indices crosses the channel (a doorbell slot in shared memory and a pipe,
+:mod:`rlplay.engine.workers._doors`; :mod:`rlplay.engine.workers._server`
+is its other end).
 
 ``hx`` travels through two shared slots of the loop's env columns: before
 a request, the ``hx`` the loop holds is copied into the *in* slot (a few

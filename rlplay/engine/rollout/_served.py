@@ -73,9 +73,10 @@ class Served:
     processes filling a pool of shared buffers, their actions computed by
     one inference server on ``actor_device``."""
 
-    def __init__(self, processes, groups, deadline):
+    def __init__(self, processes, groups, deadline, max_lag=None):
         self.processes, self.context = processes, processes.context
         self.groups, self.deadline = groups, deadline
+        self.max_lag = max_lag
         self.device = None
 
     def devices(self, actor_device, n_actors):
@@ -100,7 +101,8 @@ class Served:
         hx = suply(lambda x: x.narrow(hx_dim, 0, size), template.hx)
         options = ServeOptions(
             groups=self.groups, deadline=self.deadline, device=self.device,
-            actor=spec.actor, entropy=spec.entropy, hx=hx, hx_dim=hx_dim)
+            actor=spec.actor, entropy=spec.entropy, hx=hx, hx_dim=hx_dim,
+            share=self.max_lag is None)
         counters = ctx.Array("d", len(SERVED_STATS), lock=False)
         what = f"a pool of {n_buffers} buffers for {n_actors} workers"
         supervision.workers(

@@ -192,7 +192,8 @@ class Rollout(Pooled):
         check_serving(serve, groups, deadline, n_per_actor)
         fleet = Processes(start_method)
         if serve:
-            fleet = Served(fleet, groups, deadline)
+            fleet = Served(fleet, groups, deadline,
+                           max_lag=kwargs.get("max_lag"))
         self._adopt(Gather(
             "multi", fleet, self, factory, actor, n_steps, n_actors,
             n_per_actor, n_buffers, n_per_batch, **kwargs))

@@ -7,15 +7,17 @@ group ``g`` is columns ``g * n_envs / groups ..``, made from those
 columns' seeds). Each group is an ordinary collection (:func:`~rlplay.
 engine.core.startup`, :func:`~rlplay.engine.core.collect`) on a view of
 its columns of each buffer, whose policy is a
-:class:`~rlplay.engine.policy.ServedPolicy` on a pipe of its own to the
-server: group 0 runs in the worker's main thread, the others in threads
-of their own for the length of a fragment, so that while the server
-computes one group's actions (its thread waits on its pipe, the GIL let
-go) the worker steps another's envs. ``groups=1`` is plain lock-step.
+:class:`~rlplay.engine.policy.ServedPolicy` on a doorbell slot and a pipe
+of its own to the server (:mod:`._doors`): group 0 runs in the worker's
+main thread, the others in threads of their own for the length of a
+fragment, so that while the server computes one group's actions (its
+thread waits for the answer, giving the GIL away at each turn of its
+spin and while it sleeps) the worker steps another's envs. ``groups=1``
+is plain lock-step.
 
 Between fragments the loop is :func:`._session`'s (orders, buffers,
 ``Ready``), but for two things: a worker about to wait for a buffer tells
-the server it is :class:`~._messages.Idle` (lock-step does not wait for
+the server it is idle (:data:`~._doors.IDLE`: lock-step does not wait for
 it), and the fragment's ``meta.version`` is the version the server pinned
 for it (its first answer). A worker whose server is gone (its pipe at
 EOF) sends nothing more and waits for the learner's ``STOP``: the learner
@@ -33,7 +35,9 @@ from ..policy import ServedPolicy, as_policy
 from ..pool import views
 from ..shared import Aliased
 from ..utils.mp import POLL_INTERVAL
-from ._messages import LOOKAHEAD, STEP, Bye, Idle, Ready, Request
+from ._doors import (ANS, BUFFER, FIRST_SLEEP, IDLE, KIND, REQ, SLEEPING,
+                     VERSION, count_of, fence, ring, spin)
+from ._messages import LOOKAHEAD, STEP, Bye, Ready
 
 __all__ = ["GroupedEnvs", "serve_groups", "ServerGone", "columns",
            "hx_slot"]
@@ -64,37 +68,62 @@ class GroupedEnvs:
 
 
 class _Channel:
-    """A group's end of the pipe to the server (the channel of a
-    :class:`~rlplay.engine.policy.ServedPolicy`): every wait watches the
+    """A group's doorbell slot and its end of the pipe to the server (the
+    channel of a :class:`~rlplay.engine.policy.ServedPolicy`,
+    :mod:`._doors`): a request is written into the slot and counted, its
+    answer spun for, then slept for on the pipe; a sleep watches the
     learner, and the other groups' failure."""
 
-    def __init__(self, conn, link, abort):
+    def __init__(self, conn, link, abort, doors, w, g, generation):
         self.conn, self.link, self.abort = conn, link, abort
+        self.slot, self.header = doors.slot(w, g), doors.header
+        self.generation, self.n, self.asked = generation, 0, None
+
+    def _post(self, buffer, row, seq, kind):
+        slot = self.slot
+        slot[BUFFER:KIND + 1] = (buffer, row, seq, kind)
+        self.n += 1
+        count = count_of(self.generation, self.n)
+        fence()
+        slot[REQ] = count
+        fence()
+        if self.header[0] and not ring(self.conn):
+            raise ServerGone("the inference server is gone")
+        return count
 
     def ask(self, buffer, row, group, seq, virtual):
-        try:
-            self.conn.send(Request(buffer, row, group, seq,
-                                   LOOKAHEAD if virtual else STEP))
-        except OSError:
-            raise ServerGone("the inference server is gone") from None
+        self.asked = self._post(buffer, row, seq,
+                                LOOKAHEAD if virtual else STEP)
+
+    def _answered(self):
+        return self.slot[ANS] == self.asked
 
     def answer(self):
-        conn = self.conn
-        while True:
+        """The version that acted on the last request (once answered)."""
+        slot, conn = self.slot, self.conn
+        if not spin(self._answered):
+            slot[SLEEPING] = 1
+            fence()
             try:
-                if conn.poll(POLL_INTERVAL):
-                    return conn.recv()
-            except (EOFError, OSError):
-                raise ServerGone("the inference server is gone") from None
-            self.link.check()
-            if self.abort.is_set():
-                raise _Aborted()
+                timeout = FIRST_SLEEP
+                while not self._answered():
+                    try:
+                        if conn.poll(timeout):
+                            conn.recv_bytes()
+                            continue
+                    except (EOFError, OSError):
+                        raise ServerGone("the inference server is "
+                                         "gone") from None
+                    self.link.check()
+                    if self.abort.is_set():
+                        raise _Aborted()
+                    timeout = min(2 * timeout, POLL_INTERVAL)
+            finally:
+                slot[SLEEPING] = 0
+        return int(slot[VERSION])
 
     def idle(self, seq):
-        try:
-            self.conn.send(Idle(seq))
-        except OSError:
-            raise ServerGone("the inference server is gone") from None
+        self._post(0, 0, seq, IDLE)
 
 
 def columns(buffer, cols, hx_dim):
@@ -132,7 +161,8 @@ class _Group:
     """One group's collection: its envs, its views of every buffer, its
     policy and context."""
 
-    def __init__(self, g, session, envs, buffers, conn, link, abort, hx):
+    def __init__(self, g, session, envs, buffers, conn, link, abort, hx,
+                 doors):
         spec, groups = session.spec, session.groups
         B = spec.n_envs // groups
         self.g, self.session, self.envs = g, session, envs
@@ -144,7 +174,8 @@ class _Group:
         if hx is not None:
             hx_in = hx_slot(hx, session.index, g, groups, False)
             hx_out = hx_slot(hx, session.index, g, groups, True)
-        self.channel = _Channel(conn, link, abort)
+        self.channel = _Channel(conn, link, abort, doors, session.index, g,
+                                session.generation)
         self.policy = ServedPolicy(as_policy(session.actor), self.channel,
                                    self.buffers, g, hx_in, hx_out)
         self.ctx = None
@@ -186,7 +217,7 @@ def serve_groups(link, session, config):
     serve = config.serve
     abort = threading.Event()
     groups = [_Group(g, session, session.envs.batches[g], buffers, conn,
-                     link, abort, serve.hx)
+                     link, abort, serve.hx, serve.doors)
               for g, conn in enumerate(serve.conn)]
     free = deque(config.free)
     try:

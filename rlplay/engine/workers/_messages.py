@@ -211,7 +211,11 @@ class ServeLink(NamedTuple):
         The ``hx`` slots (``None``: the actor keeps no ``hx``): slot
         ``2 * (worker * groups + group)`` is the group's ``hx`` in, the
         next one its ``hx`` out, each laid out for one group's columns.
+    doors : Doors
+        The doorbells of every group's requests and answers
+        (:mod:`._doors`).
     """
     conn: Any
     groups: int
     hx: Any = None
+    doors: Any = None

@@ -2,15 +2,17 @@
 
 The workers of a served ``multi.rollout`` step envs only. Their fragment
 loop calls a :class:`~rlplay.engine.policy.ServedPolicy`, whose requests
-name rows of the shared pool (``Request(buffer, row, group, seq, kind)``,
-:mod:`._messages`); the *server*, a process that the
-:class:`ServedSupervisor` runs beside the workers, maps the same pool,
-gathers the rows of the requests it serves (``obs`` and the rest of the
-state row, ``hx`` from the group's in slot), calls the actor once on
+name rows of the shared pool (buffer, row, ``seq`` and kind, written into
+the group's doorbell slot, :mod:`._doors`); the *server*, a process that
+the :class:`ServedSupervisor` runs beside the workers, maps the same
+pool, gathers the rows of the requests it serves (``obs`` and the rest of
+the state row, ``hx`` from the group's in slot), calls the actor once on
 their concatenation (once per parameter version and kind in the batch),
 writes the actions, ``info`` and ``hx_next`` back into the rows and the
-out slots and answers each request with the version that acted (an
-int). Nothing else crosses the pipes.
+out slots and answers each request in its slot with the version that
+acted. Each side spins a little for the other, then sleeps on the pipe
+between them (one per group), where the other side rings a byte: nothing
+else crosses the pipes.
 
 Timeline (one worker, ``groups=2``; ``g0``/``g1`` its env groups, each
 stepped by a thread of its own while the server computes the other's
@@ -20,16 +22,16 @@ actions)::
     -------               ------                       --------
     start server ───────► map pool, actor on device
     start w, Attach(w) ─► (w's pipes, one per group)    make envs, reset
-                                                   ◄── Request g0 row 0
-                                                   ◄── Request g1 row 0
+                                                   ◄── ask g0 row 0
+                                                   ◄── ask g1 row 0
                           pin v for (w, seq): latest
                           (at its first request served)
                           serve g0 of every worker:
                           act, info, hx into rows ───► g0: step its envs
                           serve g1 of every worker:    (g1 waits)
-                          act, info, hx into rows ◄─── Request g0 row 1
+                          act, info, hx into rows ◄─── ask g0 row 1
                                                   ───► g1: step its envs
-                          serve g0 of every worker ◄── Request g1 row 1
+                          serve g0 of every worker ◄── ask g1 row 1
                           ...                          ...
                                                        fragment done:
                                                        Ready(b, seq, v) to
@@ -40,8 +42,8 @@ actions)::
 Batching (``deadline``): in lock-step (``None``) the server serves the
 groups in turn, ``g0`` then ``g1`` then ``g0``..., each once every
 *collecting* worker has asked for it: a worker collects from its first
-request until it says :class:`~._messages.Idle` (it holds no buffer and
-waits for the learner). So the batches are the same from run to run, and
+request until it says it is idle (an :data:`~._doors.IDLE` request: it
+holds no buffer and waits for the learner). So the batches are the same from run to run, and
 a sampling actor's draws too, as long as no worker waits for a buffer
 (enough buffers for the batches the learner takes). With a deadline
 (seconds), a group is served as soon as every collecting worker asked for
@@ -80,15 +82,17 @@ import torch
 
 from ..errors import WorkerDied, describe_exitcode
 from ..nested import flatten, getitem, suply
-from ..policy import DevicePolicy, LocalPolicy
+from ..policy import DevicePolicy, FeedForwardPolicy, as_policy
 from ..pool import Segment, layout, views
 from ..seeds import collector_seed_sequence, seed_worker
 from ..shared import copy_
 from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord, ended,
                         guard_group, guard_parent, ignore_interrupts,
                         wait_ended)
-from ._messages import (STEP, Attach, Buffers, Bye, Drop, Failed,
-                        Idle, Request, ServeLink)
+from ._doors import (ANS, BUFFER, FIRST_SLEEP, IDLE, KIND, REQ, SLEEPING,
+                     SPIN_SECONDS, VERSION, Doors, drain, fence, ring, spin)
+from ._messages import (STEP, Attach, Buffers, Bye, Drop, Failed, Request,
+                        ServeLink)
 from ._grouped import hx_slot
 from ._restarts import reported
 from ._session import LearnerLink
@@ -122,6 +126,9 @@ class ServeOptions(NamedTuple):
     hx_dim : int
     threads : int
         The server's torch threads (on the CPU).
+    share : bool
+        A fragment that starts while other workers' fragments run with
+        the version before the latest takes theirs (``max_lag=None``).
     """
     groups: int
     deadline: Optional[float]
@@ -131,6 +138,7 @@ class ServeOptions(NamedTuple):
     hx: Any
     hx_dim: int
     threads: int = 1
+    share: bool = False
 
 
 class ServerConfig(NamedTuple):
@@ -145,6 +153,7 @@ class ServerConfig(NamedTuple):
     params: Any
     counters: Any
     n_workers: int
+    doors: Any = None
 
 
 def hx_slots(hx, n_workers, groups):
@@ -178,7 +187,17 @@ class _Server:
         self.pending = [{} for _ in range(self.groups)]  # w: (req, t)
         self.pins = {}         # w: (seq, version)
         self.models = {}       # version: policy
+        self._spare = []       # policies let go, loaded again later
         self.turn = 0          # lock-step: the group served next
+        n_slots = config.n_workers * self.groups
+        self.doors = config.doors
+        self.gen = [-1] * n_slots   # the generation attached to each slot
+        self.seen = [0] * n_slots   # the count taken last from each
+        self.counts = {}       # (w, g): the count of the request served
+        self._req = None if config.doors is None else \
+            config.doors.slots[:, REQ]
+        self.totals = [0, 0, 0.0, 0.0]  # SERVED_STATS
+        self._nap = FIRST_SLEEP
         self._views, self._slots = {}, {}
         self.counters = config.counters
 
@@ -199,27 +218,76 @@ class _Server:
 
     # ------------------------------------------------------------ loop --
     def run(self):
-        link = self.link
         while True:
             self.stage = "waiting"
             if not self._orders():
                 return
-            waits = list(self.conns.values()) + link.sentinels
-            ready = multiprocessing.connection.wait(waits, self._timeout())
-            for key, conn in list(self.conns.items()):
-                if conn in ready:
-                    self._read(key, conn)
+            if not spin(self._scan, min(SPIN_SECONDS, self._timeout())):
+                self._sleep()
             while True:
                 batch = self._due()
                 if not batch:
                     break
                 self._serve(batch)
 
+    def _sleep(self):
+        """Sleep on the workers' pipes and the learner's (the server's flag
+        set, :mod:`._doors`) until a ring, an order, the deadline of a
+        pending request or a timeout, then take what arrived."""
+        header = self.doors.header
+        header[0] = 1
+        fence()
+        try:
+            if self._scan():
+                return
+            waits = list(self.conns.values()) + self.link.sentinels
+            nap = self._nap
+            ready = multiprocessing.connection.wait(
+                waits, min(self._timeout(), nap))
+            self._nap = FIRST_SLEEP if ready else min(2 * nap, POLL_INTERVAL)
+            for key, conn in list(self.conns.items()):
+                if conn in ready and not drain(conn):
+                    self._gone(key)
+            self._scan()
+        finally:
+            header[0] = 0
+
+    def _scan(self):
+        """Take the requests counted in the slots since the last scan (of
+        the generation attached to each slot; another's count is passed
+        over); how many."""
+        counts = self._req.tolist()
+        seen = self.seen
+        if counts == seen:
+            return 0
+        slots, gen, taken = self.doors.slots, self.gen, 0
+        for i, count in enumerate(counts):
+            if count == seen[i]:
+                continue
+            slot = slots[i]
+            while True:  # read the fields between two equal counts
+                fields = slot[BUFFER:KIND + 1].tolist()
+                again = int(slot[REQ])
+                if again == count:
+                    break
+                count = again
+            seen[i] = count
+            if count >> 32 != gen[i]:
+                continue  # a retired generation's
+            taken += 1
+            w, g = divmod(i, self.groups)
+            buffer, row, seq, kind = fields
+            if kind == IDLE:
+                self.collecting.discard(w)
+            else:
+                self._pending(w, Request(buffer, row, g, seq, kind), count)
+        return taken
+
     def _orders(self):
         """Take the learner's orders; ``False`` at ``STOP`` or when the
         learner is gone."""
         link = self.link
-        while link.poll():
+        while link.conn.poll() or not link.alive():
             order = link.recv()
             if order is None:
                 link.send(Bye(0))
@@ -230,6 +298,9 @@ class _Server:
                     self.conns[order.worker, g] = \
                         multiprocessing.connection.Connection(fd)
                 self.collecting.add(order.worker)
+                for i in range(order.worker * self.groups,
+                               (order.worker + 1) * self.groups):
+                    self.gen[i], self.seen[i] = order.generation, 0
             elif isinstance(order, Drop):
                 self._drop(order.worker)
         return True
@@ -242,67 +313,83 @@ class _Server:
             self.pending[g].pop(w, None)
         self.collecting.discard(w)
         self.pins.pop(w, None)
+        for i in range(w * self.groups, (w + 1) * self.groups):
+            self.gen[i] = -1
 
     def _timeout(self):
         if self.deadline is None:
             return POLL_INTERVAL
         oldest = [t for pending in self.pending
-                  for _, t in pending.values()]
+                  for _, t, _ in pending.values()]
         if not oldest:
             return POLL_INTERVAL
         return min(POLL_INTERVAL, max(0.0, min(oldest) + self.deadline
                                       - time.monotonic()))
 
-    def _read(self, key, conn):
+    def _gone(self, key):
+        """A worker's pipe at its EOF: the worker is gone (the learner
+        retires it: Drop)."""
         w, g = key
-        try:
-            while conn.poll():
-                message = conn.recv()
-                if isinstance(message, Request):
-                    self._pending(w, message)
-                elif isinstance(message, Idle):
-                    self.collecting.discard(w)
-        except (EOFError, OSError):  # the worker is gone: the learner
-            conn.close()              # retires it (Drop)
-            del self.conns[key]
-            self.collecting.discard(w)
-            self.pending[g].pop(w, None)
+        self.conns.pop(key).close()
+        self.collecting.discard(w)
+        self.pending[g].pop(w, None)
 
-    def _pending(self, w, request):
-        self.pending[request.group][w] = (request, time.monotonic())
+    def _pending(self, w, request, count=0):
+        # the time of arrival: the deadline's (lock-step waits for none)
+        self.pending[request.group][w] = (
+            request, 0.0 if self.deadline is None else time.monotonic(),
+            count)
         self.collecting.add(w)
 
     def _pinned(self, batch):
         """``[(w, g, request, version)]``: a fragment's first request
         served pins the version published last for the whole fragment
         (the workers of a lock-step round that begin fragments share
-        it)."""
+        it). With ``share``, a fragment that starts while other collecting
+        workers' fragments run with the version before the latest takes
+        their version: workers whose fragments do not start in the same
+        round (one waited for a buffer) keep one actor call a round, for
+        at most one version more of lag."""
         latest, pinned = None, []
         for w, g, request in batch:
             pin = self.pins.get(w)
             if pin is None or pin[0] != request.seq:
                 if latest is None:
                     latest = self._latest()
-                pin = self.pins[w] = (request.seq, latest)
+                version = latest
+                if self.options.share:
+                    running = [v for u, (_, v) in self.pins.items()
+                               if u != w and u in self.collecting]
+                    if running and max(running) >= latest - 1:
+                        version = max(running)
+                pin = self.pins[w] = (request.seq, version)
             pinned.append((w, g, request, pin[1]))
         return pinned
 
     def _latest(self):
-        """The version published last, loaded (a policy of its own);
-        versions no longer pinned are let go."""
+        """The version published last, loaded (a policy of its own: one
+        let go before, or a copy of the actor); versions no longer pinned
+        are let go."""
         params = self.config.params
         version = params.version
         if version not in self.models:
             self.stage = "loading parameters"
-            model = copy.deepcopy(self.base)
-            version = params.load(model, None, check=self.link.check)
-            self.models[version] = LocalPolicy(model) \
-                if self.device.type == "cpu" else DevicePolicy(model,
-                                                               self.device)
+            policy = self._spare.pop() if self._spare else self._policy()
+            version = params.load(policy.actor, None, check=self.link.check)
+            self.models[version] = policy
         kept = {v for _, v in self.pins.values()} | {version}
         for old in [v for v in self.models if v not in kept]:
-            del self.models[old]
+            self._spare.append(self.models.pop(old))
         return version
+
+    def _policy(self):
+        """A policy of a copy of the actor: on the CPU, a feed-forward
+        actor's ``act`` is called on the rows as they are
+        (:class:`~rlplay.engine.policy.FeedForwardPolicy`)."""
+        model = copy.deepcopy(self.base)
+        if self.device.type == "cpu":
+            return as_policy(model)
+        return DevicePolicy(model, self.device)
 
     def _due(self):
         """The requests to serve now, ``[(w, g, request)]`` (in worker
@@ -318,7 +405,7 @@ class _Server:
             return []
         now = time.monotonic()
         if any(t + self.deadline <= now for pending in self.pending
-               for _, t in pending.values()):
+               for _, t, _ in pending.values()):
             return self._take(range(self.groups))
         return []
 
@@ -327,7 +414,9 @@ class _Server:
         for g in groups:
             pending, self.pending[g] = self.pending[g], {}
             batch.extend((w, g, request)
-                         for w, (request, _) in pending.items())
+                         for w, (request, _, _) in pending.items())
+            self.counts.update(((w, g), count)
+                               for w, (_, _, count) in pending.items())
         batch.sort(key=lambda item: (item[0], item[1]))
         return batch
 
@@ -342,8 +431,9 @@ class _Server:
             rows = (slice(t, t + 1), cols)
             act = None if t + 1 >= pyt.state.fin.shape[0] else getitem(
                 pyt.state.act, (slice(t + 1, t + 2), cols))
+            info = getitem(pyt.actor, rows)
             found = self._views[key] = (getitem(pyt.state, rows), act,
-                                        getitem(pyt.actor, rows))
+                                        info if flatten(info) else None)
         return found
 
     def _hx(self, w, g, out):
@@ -362,21 +452,31 @@ class _Server:
         for item in batch:
             calls.setdefault((item[3], item[2].kind), []).append(item)
         for (version, kind), items in calls.items():
-            self.stage = f"serving version {version}"
+            self.stage = "serving"
             forward += self._call(self.models[version], kind, items)
+        self._answer(batch)
+        totals = self.totals
+        totals[0] += len(calls)
+        totals[1] += len(batch) * self.B
+        totals[2] += time.perf_counter() - tic
+        totals[3] += forward
+        self.counters[:] = totals
+
+    def _answer(self, batch):
+        """Write each request's version and count into its slot; ring the
+        workers that sleep."""
+        slots, counts = self.doors.slots, self.counts
+        groups = self.groups
         for w, g, _, version in batch:
+            slots[w * groups + g, VERSION] = version
+        fence()
+        for w, g, _, _ in batch:
+            slots[w * groups + g, ANS] = counts.pop((w, g))
+        fence()
+        for w, g, _, _ in batch:
             conn = self.conns.get((w, g))
-            if conn is None:
-                continue
-            try:
-                conn.send(version)
-            except OSError:  # gone: the learner retires it
-                pass
-        counters = self.counters
-        counters[0] += len(calls)
-        counters[1] += len(batch) * self.B
-        counters[2] += time.perf_counter() - tic
-        counters[3] += forward
+            if slots[w * groups + g, SLEEPING] and conn is not None:
+                ring(conn)  # gone: the learner retires it
 
     def _call(self, policy, kind, items):
         hx_dim, has_hx = self.options.hx_dim, self.config.hx is not None
@@ -386,8 +486,14 @@ class _Server:
             [self._hx(w, g, False) for w, g, _, _ in items], hx_dim)
         if has_hx and self.device.type != "cpu":
             hx = suply(lambda x: x.to(self.device), hx)
+        # the step of a FeedForwardPolicy gives (B, ...), not (1, B, ...)
+        lead = 0 if kind == STEP and isinstance(
+            policy, FeedForwardPolicy) else 1
         tic = time.perf_counter()
-        with torch.no_grad():
+        # inference mode: nothing the server makes is ever differentiated
+        # (its outputs are copied into the rows), and its tensors are
+        # cheaper to make than under no_grad
+        with torch.inference_mode():
             if kind == STEP:
                 act, hx_next, info = policy.step(row, hx)
             else:
@@ -400,11 +506,19 @@ class _Server:
                 _to_host, x) for x in (info, act, hx_next))
         toc = time.perf_counter()
         B = self.B
+        if len(items) == 1 and not has_hx and type(act) is torch.Tensor:
+            # one request (one worker's group) of a feed-forward actor:
+            # its outputs as they are
+            _, act_row, info_row = rows[0]
+            if info_row is not None:
+                copy_(info_row, info)
+            act_row.copy_(act)
+            return toc - tic
         for i, ((w, g, _, _), (_, act_row, info_row)) in enumerate(
                 zip(items, rows)):
-            def part(x, dim=1):
+            def part(x, dim=lead):
                 return x.narrow(dim, i * B, B)
-            if flatten(info_row):
+            if info_row is not None:
                 copy_(info_row, suply(part, info))
             if act is not None:
                 copy_(act_row, suply(part, act))
@@ -473,6 +587,7 @@ class ServedSupervisor(Supervisor):
         self.server = _Worker("server", {})
         self._links = None
         self.hx = hx_slots(options.hx, n_workers, options.groups)
+        self.doors = Doors.allocate(ctx, n_workers, options.groups)
         # the exit handler stops the server with the workers
         self._finalizer.cancel()
         self._finalizer = multiprocessing.util.Finalize(
@@ -491,7 +606,7 @@ class ServedSupervisor(Supervisor):
             buffers=Buffers(protocol.segment, protocol._spec,
                             protocol.stride),
             hx=self.hx, params=self.params, counters=self.counters,
-            n_workers=len(self.workers))
+            n_workers=len(self.workers), doors=self.doors)
         conn, child = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
             target=serve_main, args=(child, config, self._pdeathsig),
@@ -535,7 +650,8 @@ class ServedSupervisor(Supervisor):
 
     def _config(self, wk):
         return super()._config(wk)._replace(serve=ServeLink(
-            conn=self._links, groups=self.options.groups, hx=self.hx))
+            conn=self._links, groups=self.options.groups, hx=self.hx,
+            doors=self.doors))
 
     def _retire(self, wk):
         index = wk.index
