@@ -4,7 +4,7 @@ from typing import Any, NamedTuple, Optional
 
 __all__ = ["Give", "Evaluate", "STOP", "Ready", "Result", "Failed", "Bye",
            "SessionSpec", "WorkerConfig", "EvaluationSpec", "Buffers",
-           "Request", "Idle", "Attach", "Drop", "ServeLink", "STEP",
+           "Request", "Attach", "Drop", "ServeLink", "STEP",
            "LOOKAHEAD"]
 
 
@@ -163,7 +163,7 @@ class Buffers(NamedTuple):
     stride: int
 
 
-# worker <-> inference server (see ._server): indices only
+# worker <-> inference server (see ._server and ._doors): indices only
 STEP, LOOKAHEAD = 0, 1
 
 
@@ -172,18 +172,14 @@ class Request(NamedTuple):
     buffer ``buffer``, the columns of env group ``group``, with the
     ``hx`` of that group's slot; ``seq`` is the fragment's ``meta.seq``;
     ``kind`` is :data:`STEP` or :data:`LOOKAHEAD` (the virtual call of
-    row ``T``). The answer is the parameter version that acted (an int)."""
+    row ``T``). The answer is the parameter version that acted (an int).
+    Both travel through the group's doorbell slot (:mod:`._doors`); the
+    server reads a request into this tuple."""
     buffer: int
     row: int
     group: int
     seq: int
     kind: int = STEP
-
-
-class Idle(NamedTuple):
-    """A worker holds no buffer: it sends no request until its next
-    fragment (the server's lock-step does not wait for it)."""
-    seq: int
 
 
 # learner -> inference server
