@@ -490,15 +490,11 @@ class _Server:
         lead = 0 if kind == STEP and isinstance(
             policy, FeedForwardPolicy) else 1
         tic = time.perf_counter()
-        # inference mode: nothing the server makes is ever differentiated
-        # (its outputs are copied into the rows), and its tensors are
-        # cheaper to make than under no_grad
-        with torch.inference_mode():
-            if kind == STEP:
-                act, hx_next, info = policy.step(row, hx)
-            else:
-                act, hx_next = None, None
-                info = policy.lookahead(row, hx)
+        if kind == STEP:  # in inference mode (serve_main)
+            act, hx_next, info = policy.step(row, hx)
+        else:
+            act, hx_next = None, None
+            info = policy.lookahead(row, hx)
         if self.device.type != "cpu":
             # one copy to the host a leaf, then the parts on the host
             # (not a copy, and a wait, per worker)
@@ -548,7 +544,11 @@ def serve_main(conn, config, pdeathsig=True):
     server = _Server(config, link)
     try:
         server.start()
-        server.run()
+        # inference mode for the whole loop: nothing the server makes is
+        # ever differentiated (its outputs are copied into the rows), and
+        # its tensors are cheaper to make than under no_grad
+        with torch.inference_mode():
+            server.run()
     except BaseException as exc:  # noqa: BLE001 - reported to the learner
         # never restarted: the actor's error, or rlplay's
         link.send(Failed(ErrorRecord(exc, server.stage), False))
