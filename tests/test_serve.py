@@ -233,6 +233,25 @@ def test_doorbells_take_each_request_once_of_the_attached_generation():
     theirs.close()
 
 
+def test_a_request_being_written_is_not_taken():
+    """A slot whose count says its fields are being written
+    (:data:`~rlplay.engine.workers._doors.WRITING`) is passed over, and
+    taken once the count is written: the server never reads half of two
+    requests."""
+    from rlplay.engine.workers._doors import (BUFFER, KIND, REQ, ROW,
+                                              WRITING, count_of)
+    server = batching_server(1, None)
+    server.collecting = {0, 1}
+    slot = server.doors.slot(0, 0)
+    slot[REQ] = WRITING
+    slot[BUFFER], slot[ROW], slot[KIND] = 3, 2, 0
+    assert server._scan() == 0 and not server.pending[0]
+    slot[REQ] = count_of(0, 1)
+    assert server._scan() == 1
+    request, _, count = server.pending[0][0]
+    assert (request.buffer, request.row, count) == (3, 2, count_of(0, 1))
+
+
 def test_a_channel_spins_then_sleeps_until_its_answer():
     """A worker's channel: a request counted in its slot (the server
     asleep is rung), its answer found by a spin, or after a sleep on the

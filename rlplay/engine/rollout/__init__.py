@@ -132,7 +132,8 @@ keyword             default    meaning
                                the actor for every worker on
                                ``actor_device`` (the CPU by default), in
                                batched calls on the rows of the shared
-                               pool (indices only on the pipes); the
+                               pool (indices only, through doorbells in
+                               shared memory); the
                                workers step envs in ``groups`` groups, one
                                stepped while the server computes the
                                other's actions, and ``deadline`` chooses

@@ -114,10 +114,12 @@ Served inference (``serve=True``): the workers step envs only, and one
 more process, the inference server, runs the actor for all of them on
 ``actor_device`` (:mod:`rlplay.engine.workers._server` draws its
 timeline). In the timeline above, "collect → b" becomes: for each row,
-ask the server (the indices of the row: buffer, row, env group), which
-gathers the rows of every worker that asked, calls the actor once on
-them (once per parameter version), writes the actions, ``info`` and
-``hx`` into the rows and answers with the version; step the envs. A
+ask the server (the indices of the row: buffer, row, env group, written
+into a doorbell slot in shared memory that the server spins on,
+:mod:`rlplay.engine.workers._doors`), which gathers the rows of every
+worker that asked, calls the actor once on them (once per parameter
+version), writes the actions, ``info`` and ``hx`` into the rows and
+answers with the version in the slot; step the envs. A
 worker's ``n_per_actor`` envs form ``groups`` groups, stepped in turn
 while the server computes the other group's actions; ``deadline``
 chooses the batching: lock-step, ``None`` (each group of every
@@ -129,7 +131,9 @@ of the actor makes ``hx`` at resets (``initial_hx``, ``reset``: they
 must not depend on trained parameters). The server pins the latest
 version when it serves a fragment's first request, for the whole
 fragment (``meta.version``); it never loads parameters in the middle of
-one. It is supervised as the workers are (its error or death is raised
+one (without ``max_lag``, a fragment that starts while the others run
+with the version just before the latest takes theirs: one call a round).
+It is supervised as the workers are (its error or death is raised
 naming it, never restarted); a replaced worker's requests are dropped
 and its replacement gets pipes of its own; ``stats`` counts the server's
 calls and rows (``served_calls``, ``served_rows``, ``served_mean_rows``)

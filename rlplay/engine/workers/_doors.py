@@ -25,7 +25,11 @@ between the store and the load (:func:`fence`) makes the loss unlikely.
 A count is the worker's generation in its high 32 bits and the requests
 of that generation in its low bits (from 1): the server serves only the
 generation attached to a slot, and a replacement never takes an answer
-meant for the worker it replaced.
+meant for the worker it replaced. A worker sets the count to
+:data:`WRITING` before it writes a request's fields, and the server takes
+the fields only between two reads of the same count: it never reads
+half of one request and half of the next (an idle worker posts its next
+request without an answer between them).
 
 Slot fields (int64): ``req`` (the last request's count), ``buffer``,
 ``row``, ``seq``, ``kind`` (:data:`~._messages.STEP`,
@@ -41,12 +45,14 @@ import time
 import numpy as np
 
 
-__all__ = ["Doors", "IDLE", "SPIN_SECONDS", "FIRST_SLEEP", "fence", "spin",
+__all__ = ["Doors", "IDLE", "WRITING", "SPIN_SECONDS", "FIRST_SLEEP", "fence", "spin",
            "count_of", "ring", "drain", "REQ", "BUFFER", "ROW", "SEQ",
            "KIND", "ANS", "VERSION", "SLEEPING"]
 
 # a request that asks nothing: the worker holds no buffer
 IDLE = 2
+# a slot's count while the worker writes the fields of its next request
+WRITING = -1
 # the longest a side spins before it sleeps on its pipe
 SPIN_SECONDS = 2e-3
 # the first timeout of a sleep (doubled at each timeout)

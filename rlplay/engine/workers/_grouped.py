@@ -36,7 +36,7 @@ from ..pool import views
 from ..shared import Aliased
 from ..utils.mp import POLL_INTERVAL
 from ._doors import (ANS, BUFFER, FIRST_SLEEP, IDLE, KIND, REQ, SLEEPING,
-                     VERSION, count_of, fence, ring, spin)
+                     VERSION, WRITING, count_of, fence, ring, spin)
 from ._messages import LOOKAHEAD, STEP, Bye, Ready
 
 __all__ = ["GroupedEnvs", "serve_groups", "ServerGone", "columns",
@@ -81,6 +81,7 @@ class _Channel:
 
     def _post(self, buffer, row, seq, kind):
         slot = self.slot
+        slot[REQ] = WRITING  # the fields are not to be read
         slot[BUFFER:KIND + 1] = (buffer, row, seq, kind)
         self.n += 1
         count = count_of(self.generation, self.n)

@@ -90,7 +90,8 @@ from ..utils.mp import (POLL_INTERVAL, Cloudpickled, ErrorRecord, ended,
                         guard_group, guard_parent, ignore_interrupts,
                         wait_ended)
 from ._doors import (ANS, BUFFER, FIRST_SLEEP, IDLE, KIND, REQ, SLEEPING,
-                     SPIN_SECONDS, VERSION, Doors, drain, fence, ring, spin)
+                     SPIN_SECONDS, VERSION, WRITING, Doors, drain, fence,
+                     ring, spin)
 from ._messages import (STEP, Attach, Buffers, Bye, Drop, Failed, Request,
                         ServeLink)
 from ._grouped import hx_slot
@@ -262,15 +263,12 @@ class _Server:
             return 0
         slots, gen, taken = self.doors.slots, self.gen, 0
         for i, count in enumerate(counts):
-            if count == seen[i]:
-                continue
+            if count == seen[i] or count == WRITING:
+                continue  # nothing new, or fields being written
             slot = slots[i]
-            while True:  # read the fields between two equal counts
-                fields = slot[BUFFER:KIND + 1].tolist()
-                again = int(slot[REQ])
-                if again == count:
-                    break
-                count = again
+            fields = slot[BUFFER:KIND + 1].tolist()
+            if int(slot[REQ]) != count:
+                continue  # written since: taken at a later scan
             seen[i] = count
             if count >> 32 != gen[i]:
                 continue  # a retired generation's
