@@ -9,7 +9,7 @@ has a *slot* of a few integers in a shared array (:class:`Doors`): the
 worker writes its request there and counts it (``req``); the server, which
 spins over every slot's count, reads it, computes the actions and writes
 the version that acted and the count it answers (``ans``); the worker
-spins on ``ans``. A hand-over then costs well under a microsecond.
+spins on ``ans``. A hand-over then costs about a microsecond.
 
 A spin is short (:data:`SPIN_SECONDS`) and gives the core away at each
 turn (``sched_yield``), so that a waiting side never starves the side it
@@ -18,9 +18,10 @@ waits for of a core; once it is spent, the waiting side says it sleeps
 slot), looks once more, and sleeps on its pipe, where the other side rings
 (one byte) when it sees the flag. The sleep is bounded: a ring lost to a
 reordering of the two sides' stores and loads (each side stores, then
-loads the other's flag) costs at most a short timeout, which doubles up to
-the learner's poll interval; a lock taken and released
-between the store and the load (:func:`fence`) makes the loss unlikely.
+loads the other's flag) costs at most a short timeout, which doubles from
+:data:`FIRST_SLEEP` up to :data:`~rlplay.engine.utils.mp.POLL_INTERVAL`;
+a lock taken and released between the store and the load (:func:`fence`)
+makes the loss unlikely.
 
 A count is the worker's generation in its high 32 bits and the requests
 of that generation in its low bits (from 1): the server serves only the
@@ -45,9 +46,9 @@ import time
 import numpy as np
 
 
-__all__ = ["Doors", "IDLE", "WRITING", "SPIN_SECONDS", "FIRST_SLEEP", "fence", "spin",
-           "count_of", "ring", "drain", "REQ", "BUFFER", "ROW", "SEQ",
-           "KIND", "ANS", "VERSION", "SLEEPING"]
+__all__ = ["Doors", "IDLE", "WRITING", "SPIN_SECONDS", "FIRST_SLEEP",
+           "fence", "spin", "count_of", "ring", "drain", "REQ", "BUFFER",
+           "ROW", "SEQ", "KIND", "ANS", "VERSION", "SLEEPING"]
 
 # a request that asks nothing: the worker holds no buffer
 IDLE = 2
@@ -63,6 +64,9 @@ FIELDS = 8
 HEADER = 8          # the header's fields: [0] the server sleeps
 
 _lock = threading.Lock()
+# gives the core away (where the platform has no sched_yield, a sleep of
+# no time lets the GIL and the scheduler go to others)
+_give_way = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
 
 def fence():
@@ -84,7 +88,7 @@ def spin(ready, seconds=SPIN_SECONDS):
         return True
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        os.sched_yield()
+        _give_way()
         if ready():
             return True
     return False
@@ -116,10 +120,6 @@ class Doors:
 
     def slot(self, w, g):
         return self.slots[w * self.groups + g]
-
-    @property
-    def server_sleeps(self):
-        return bool(self.header[0])
 
 
 def ring(conn):

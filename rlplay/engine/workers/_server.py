@@ -43,9 +43,9 @@ Batching (``deadline``): in lock-step (``None``) the server serves the
 groups in turn, ``g0`` then ``g1`` then ``g0``..., each once every
 *collecting* worker has asked for it: a worker collects from its first
 request until it says it is idle (an :data:`~._doors.IDLE` request: it
-holds no buffer and waits for the learner). So the batches are the same from run to run, and
-a sampling actor's draws too, as long as no worker waits for a buffer
-(enough buffers for the batches the learner takes). With a deadline
+holds no buffer and waits for the learner). So the batches are the same
+from run to run, and a sampling actor's draws too, as long as no worker
+waits for a buffer (enough buffers for the batches the learner takes). With a deadline
 (seconds), a group is served as soon as every collecting worker asked for
 it, and whatever has arrived is served once the oldest request waited
 ``deadline``: batches form from what is there.
@@ -55,7 +55,9 @@ published version when it serves the fragment's first request (loading it
 from :class:`~._params.SharedParams` into a copy of its own), keeps the
 versions still pinned, and splits a batch into one forward call per
 version: every action of a fragment comes from the version its
-``meta.version`` records.
+``meta.version`` records. Without ``max_lag`` (:attr:`ServeOptions.share`)
+a fragment that starts while others run with the version just before the
+latest takes theirs, so that workers out of step keep one call a round.
 
 Faults: the server is supervised like a worker. An exception is reported
 (:class:`~._messages.Failed`, never restarted: it is the actor's, or
