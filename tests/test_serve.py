@@ -324,6 +324,27 @@ def test_equal_to_per_worker_fragments(groups, deadline):
     assert 0 < stats["time_serve_forward"] <= stats["time_serve_busy"]
 
 
+def test_equal_when_the_sides_sleep_between_batches():
+    """A learner that takes its time between batches (the workers wait
+    for buffers, the server's spin runs out and it sleeps on the pipes)
+    gets the same fragments: a request rings the sleeping server awake,
+    and the server's answer a sleeping worker."""
+    from rlplay.engine.workers._doors import SPIN_SECONDS
+
+    class Slow:
+        def __init__(self, feed):
+            self.feed = feed
+
+        def __iter__(self):
+            for batch in self.feed:
+                time.sleep(20 * SPIN_SECONDS)
+                yield batch
+
+    feed = served(n_buffers=2, start_method="fork")
+    with closing(feed):
+        check_against_reference(Slow(feed), 4)
+
+
 @pytest.mark.parametrize("publish", ["next", "manual"])
 def test_served_with_prefetch_equals_per_worker_fragments(publish):
     """A served pool with a batch prepared ahead (``prefetch=1``) gives the
