@@ -77,6 +77,7 @@ import copy
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.reduction
+import select
 import time
 from typing import Any, NamedTuple, Optional
 
@@ -191,6 +192,7 @@ class _Server:
         self.pins = {}         # w: (seq, version)
         self.models = {}       # version: policy
         self._spare = []       # policies let go, loaded again later
+        self._learner = None   # a poll object on the learner's pipe
         self.turn = 0          # lock-step: the group served next
         n_slots = config.n_workers * self.groups
         self.doors = config.doors
@@ -287,7 +289,10 @@ class _Server:
         """Take the learner's orders; ``False`` at ``STOP`` or when the
         learner is gone."""
         link = self.link
-        while link.conn.poll() or not link.alive():
+        if self._learner is None:  # one poll object: a call a round
+            self._learner = select.poll()
+            self._learner.register(link.conn.fileno(), select.POLLIN)
+        while self._learner.poll(0) or not link.alive():
             order = link.recv()
             if order is None:
                 link.send(Bye(0))
