@@ -57,7 +57,8 @@ from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
 from ._calls import call_envs
 from ._prefetch import (Prefetch, Prepared, check_prefetch, check_publish,
                         publish)
-from ._supervised import Supervision
+from ._supervised import (Supervision, supervised_params, supervised_pid,
+                          supervised_pids)
 
 __all__ = ["Gather", "Pooled", "check_pool"]
 
@@ -352,20 +353,7 @@ class Pooled(Lifecycle):
         with ``publish="next"``)."""
         return self.stats["version"]
 
-    @property
-    def params(self):
-        """The published parameters: ``multi``'s shared copy, ``cluster``'s
-        object in Ray's store (``None`` once closed)."""
-        return self._supervision.params
-
-    @property
-    def pids(self):
-        """The pid of each worker (of its latest generation)."""
-        return self._supervision.pids
-
-    @property
-    def pid(self):
-        return self._supervision.pids[0]
+    params, pids, pid = supervised_params, supervised_pids, supervised_pid
 
     def _close(self, graceful):
         self._gather.close(graceful)

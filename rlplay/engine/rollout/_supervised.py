@@ -5,7 +5,8 @@ from ..utils.mp import first_timeout
 from ..workers import SharedParams, Supervisor
 from ._stats import Stats
 
-__all__ = ["Supervision"]
+__all__ = ["Supervision", "supervised_params", "supervised_pids",
+           "supervised_pid", "supervised_process"]
 
 
 class Supervision:
@@ -145,3 +146,21 @@ class Supervision:
     def process(self):
         """Worker 0's process object (``None`` between generations)."""
         return self.supervisor.workers[0].process
+
+
+# the generator's views of its supervision, given to each class that has
+# one as ``params = supervised_params`` (as ``call_envs``, :mod:`._calls`)
+supervised_params = property(
+    lambda self: self._supervision.params,
+    doc="""The published parameters: the shared copy of ``single``,
+    ``multi`` and the evaluator, ``cluster``'s object in Ray's store
+    (``None`` once closed).""")
+supervised_pids = property(
+    lambda self: self._supervision.pids,
+    doc="The pid of each worker (of its latest generation), in a list.")
+supervised_pid = property(
+    lambda self: self._supervision.pids[0],
+    doc="The pid of the first worker (of its latest generation).")
+supervised_process = property(
+    lambda self: self._supervision.process,
+    doc="The worker's process object (``None`` between generations).")

@@ -80,7 +80,8 @@ from ..workers import (Evaluate, EvaluationSpec, Result, SessionSpec,
 from ._base import (EVALUATION_TIMEOUT, RESTART_DELAY, SHUTDOWN_TIMEOUT,
                     START_TIMEOUT, Deadline, Lifecycle, SetUp, Status, probed)
 from ._calls import call_envs
-from ._supervised import Supervision
+from ._supervised import (Supervision, supervised_params, supervised_pid,
+                          supervised_pids, supervised_process)
 
 __all__ = ["Evaluator", "Evaluation"]
 
@@ -343,24 +344,8 @@ class Evaluator(Lifecycle):
         """Whether a request is outstanding (submitted, not picked up)."""
         return self._supervision.source.version is not None
 
-    @property
-    def params(self):
-        """The shared copy of the parameters (``None`` once closed)."""
-        return self._supervision.params
-
-    @property
-    def pids(self):
-        """The pid of the worker (of its latest generation), in a list."""
-        return self._supervision.pids
-
-    @property
-    def process(self):
-        """The worker's process object (``None`` between generations)."""
-        return self._supervision.process
-
-    @property
-    def pid(self):
-        return self._supervision.pids[0]
+    params, pids, pid = supervised_params, supervised_pids, supervised_pid
+    process = supervised_process
 
     def _closed_error(self):
         return RuntimeError("the evaluator is closed")

@@ -108,7 +108,8 @@ from ._base import (RESTART_DELAY, SHUTDOWN_TIMEOUT, START_TIMEOUT, TIMEOUT,
 from ._calls import call_envs
 from ._prefetch import Prefetch, Prepared, check_prefetch, check_publish
 from ._prefetch import publish
-from ._supervised import Supervision
+from ._supervised import (Supervision, supervised_params, supervised_pid,
+                          supervised_pids, supervised_process)
 
 __all__ = ["rollout", "Rollout"]
 
@@ -293,25 +294,8 @@ class Rollout(Lifecycle):
             max(self.stats["batches"], prefetch.version()),
             supervision.supervisor.positions(supervision.source.ready)))
 
-    @property
-    def params(self):
-        """The shared copy of the actor's parameters (``None`` once
-        closed)."""
-        return self._supervision.params
-
-    @property
-    def pids(self):
-        """The pid of each worker (of its latest generation)."""
-        return self._supervision.pids
-
-    @property
-    def process(self):
-        """The worker's process object (``None`` between generations)."""
-        return self._supervision.process
-
-    @property
-    def pid(self):
-        return self._supervision.pids[0]
+    params, pids, pid = supervised_params, supervised_pids, supervised_pid
+    process = supervised_process
 
     def _close(self, graceful):
         self._prefetch.stop()

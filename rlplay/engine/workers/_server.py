@@ -612,20 +612,7 @@ class ServedSupervisor(Supervisor):
                             protocol.stride),
             hx=self.hx, params=self.params, counters=self.counters,
             n_workers=len(self.workers), doors=self.doors)
-        conn, child = self.ctx.Pipe(duplex=True)
-        process = self.ctx.Process(
-            target=serve_main, args=(child, config, self._pdeathsig),
-            name=f"{self.name}-server", daemon=False)
-        try:
-            process.start()
-        except BaseException:
-            conn.close()
-            raise
-        finally:
-            child.close()
-        server = self.server
-        server.process, server.conn, server.pid = process, conn, process.pid
-        server.eof = False
+        self._spawn(self.server, serve_main, config, f"{self.name}-server")
 
     def _start(self, wk):
         pairs = [self.ctx.Pipe(duplex=True)

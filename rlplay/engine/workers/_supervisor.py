@@ -157,23 +157,29 @@ class Supervisor(RestartPolicy):
             config = config._replace(calls=self.mail.start(wk.index))
         return config
 
-    def _start(self, wk):
-        config = self._config(wk)
+    def _spawn(self, wk, target, config, name):
+        """Start ``target(conn, config, pdeathsig)`` in a process named
+        ``name``, on a fresh duplex pipe whose other end ``wk`` keeps
+        (with the process and its pid)."""
         conn, child = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
-            target=main, args=(child, config, self._pdeathsig),
-            name=f"{self.name}-{wk.index}", daemon=False)
+            target=target, args=(child, config, self._pdeathsig),
+            name=name, daemon=False)
         try:
             process.start()
         except BaseException:
             conn.close()
             raise
         finally:
-            # only the worker holds its end now: when it is gone, ours
+            # only the process holds its end now: when it is gone, ours
             # sees EOF
             child.close()
         wk.process, wk.conn, wk.pid = process, conn, process.pid
-        wk.eof = wk.heard = wk.delivered = False
+        wk.eof = False
+
+    def _start(self, wk):
+        self._spawn(wk, main, self._config(wk), f"{self.name}-{wk.index}")
+        wk.heard = wk.delivered = False
         wk.due = wk.deferred = None
         self.protocol.on_started(wk.index)
 
